@@ -1,0 +1,52 @@
+// Execution context passed explicitly to every op: device, stream, BLAS
+// handles, workspace and the CPU thread pool. No hidden global state: two
+// contexts may coexist (e.g. trainer and a rollout engine on another GPU).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "core/tensor.h"
+
+namespace grpo {
+
+class ThreadPool;
+
+struct ContextOptions {
+  Device device = Device::cpu;
+  int cuda_device = 0;
+  int n_threads = 0;            // CPU worker threads; 0 = hardware concurrency
+  size_t workspace_bytes = 64u << 20;  // cuBLASLt / scratch workspace on the device
+  bool deterministic = false;   // prefer batch-invariant, run-to-run identical reductions
+};
+
+class Context {
+ public:
+  explicit Context(const ContextOptions& opt = {});
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  Device device() const { return opt_.device; }
+  bool deterministic() const { return opt_.deterministic; }
+  int n_threads() const;
+  // Runs fn(begin, end) over [0, n) split into chunks across the pool. Blocks.
+  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t min_chunk = 1) const;
+
+  // CUDA objects (opaque here so that host-only code need not include CUDA headers).
+  void* stream() const { return stream_; }           // cudaStream_t
+  void* cublaslt() const { return cublaslt_; }       // cublasLtHandle_t
+  void* cublas() const { return cublas_; }           // cublasHandle_t
+  Tensor& workspace() { return workspace_; }         // (bytes) u8 on the device
+  void synchronize() const;                          // waits for the stream (no-op on the CPU)
+
+ private:
+  ContextOptions opt_;
+  std::unique_ptr<ThreadPool> pool_;
+  void* stream_ = nullptr;
+  void* cublaslt_ = nullptr;
+  void* cublas_ = nullptr;
+  Tensor workspace_;
+};
+
+}  // namespace grpo

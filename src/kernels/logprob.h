@@ -1,0 +1,21 @@
+// Log-probabilities of given tokens, fused with the LM head and computed in
+// vocabulary chunks so that no (N, V) float tensor is materialised.
+//   z = (h · wᵀ) / temperature,  logp[i] = z[i, t_i] − logsumexp(z[i, :])
+//   entropy[i] = −Σ softmax(z_i) · log softmax(z_i)
+#pragma once
+#include "core/context.h"
+
+#define GRPO_LOGPROB_OPS                                                                         \
+  /* h (N,C), w (V,C), targets (N) i32 -> logp (N) f32, lse (N) f32 (saved for backward),         \
+     entropy (N) f32 optional */                                                                  \
+  void token_logprobs_forward(Context& ctx, Tensor& logp, Tensor& lse, Tensor* entropy,           \
+                              const Tensor& h, const Tensor& w, const Tensor& targets,            \
+                              float temperature);                                                 \
+  /* dlogp (N) f32 -> dh (N,C) overwritten, dw (V,C) f32 accumulated (may be null) */             \
+  void token_logprobs_backward(Context& ctx, Tensor& dh, Tensor* dw, const Tensor& dlogp,         \
+                               const Tensor& h, const Tensor& w, const Tensor& targets,           \
+                               const Tensor& lse, float temperature);
+
+namespace grpo { GRPO_LOGPROB_OPS }
+namespace grpo::cpu { GRPO_LOGPROB_OPS }
+namespace grpo::cuda { GRPO_LOGPROB_OPS }
