@@ -1,0 +1,54 @@
+// Inference forward of the decoder-only transformer (Llama/Qwen2/Qwen3/
+// Mistral) over a paged KV cache. One code path for both backends: every
+// step is an op from kernels/. The engine builds the ForwardBatch (which
+// tokens, their positions, their sequences' block tables); this file only
+// runs the layers.
+#pragma once
+#include <vector>
+
+#include "core/context.h"
+#include "kernels/attention.h"
+#include "model/weights.h"
+
+namespace grpo {
+
+// Paged KV cache: per layer one K and one V block pool. Sized by the engine
+// from a memory budget.
+struct KVCache {
+  int n_blocks = 0;
+  int block_size = 16;
+  std::vector<Tensor> k;  // L × (n_blocks, block_size, Hkv, D)
+  std::vector<Tensor> v;  // L × (n_blocks, block_size, Hkv, D)
+  size_t bytes_per_block() const;  // over all layers, K and V
+};
+KVCache kv_cache_allocate(const ModelConfig& cfg, Device dev, DType dt, int n_blocks, int block_size);
+
+// Precomputed rotary tables (with the config's rope scaling), f32 on the device.
+struct RopeTable {
+  Tensor cos;  // (P, D/2)
+  Tensor sin;  // (P, D/2)
+};
+RopeTable rope_table_build(const ModelConfig& cfg, Device dev, int max_positions);
+
+struct ForwardBatch {
+  Tensor tokens;      // (T) i32 on the device
+  Tensor positions;   // (T) i32 on the device
+  PagedAttnMeta attn; // sequence/block metadata for the T tokens
+  Tensor logit_rows;  // (R) i32: rows of T whose logits are wanted (e.g. each sequence's last token)
+};
+
+// Scratch activations for up to max_tokens tokens; reused across steps.
+struct ForwardScratch {
+  int max_tokens = 0;
+  int max_logit_rows = 0;
+  Tensor x, xn, qkv, q, k, v, attn, mlp_in, gate_up, mlp_act, rows;  // sized for max_tokens
+};
+ForwardScratch forward_scratch_allocate(const ModelConfig& cfg, Device dev, DType dt, int max_tokens,
+                                        int max_logit_rows);
+
+// Runs all layers for the batch, writing each token's K/V into the cache, and
+// writes logits (R, V) f32 for batch.logit_rows.
+void transformer_forward(Context& ctx, const ModelWeights& w, KVCache& cache, const RopeTable& rope,
+                         const ForwardBatch& batch, ForwardScratch& scratch, Tensor& logits);
+
+}  // namespace grpo
