@@ -37,6 +37,11 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false;     // q/k/v bias (qwen2 always)
   bool qk_norm = false;            // per-head RMSNorm on q and k (qwen3)
+  // Sliding-window attention width from config.json (mistral; qwen2/3 with
+  // use_sliding_window). 0 = none. Recorded only: attention does NOT apply it
+  // yet, so model_load warns when it is set (outputs differ beyond the window).
+  int sliding_window = 0;
+  float initializer_range = 0.02f; // std of the normal init (presets)
   RopeScaling rope_scaling;
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;  // config.json eos_token_id (int or list)

@@ -14,6 +14,7 @@ for s in "${scripts[@]}"; do
     make_tokenizer_fixtures) out=tests/fixtures/tokenizer ;;
     make_model_fixtures) out=tests/fixtures/models ;;
     make_grpo_fixtures) out=tests/fixtures/grpo ;;
+    make_model_file_fixtures) out=tests/fixtures/model_files ;;
     *) out=tests/fixtures/${name#make_}; out=${out%_fixtures} ;;
   esac
   mkdir -p "$out"

@@ -127,8 +127,7 @@ def make_one(name, model_type, extra, out_dir, seed):
         "generate": [],
     }
 
-    # Full-sequence logits for prompts of two lengths (one crosses no block
-    # boundary, the other is used chunked by the test).
+    # Full-sequence logits for three prompt lengths (21 crosses a 16-token KV block).
     with torch.no_grad():
         for T in (7, 13, 21):
             toks = torch.randint(3, V, (1, T), generator=gen)

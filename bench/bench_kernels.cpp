@@ -1,0 +1,247 @@
+// GPU micro-benchmarks of the hot CUDA kernels on Qwen2.5-0.5B shapes
+// (C 896, Hq 14, Hkv 2, D 64, F 4864, V 151936, 24 layers), timed with CUDA events:
+//   copy        cudaMemcpyAsync D2D of 1 GiB: the bandwidth ceiling of this run
+//   paged attn  decode step: B sequences × one query token against their KV pages
+//               (rotating over 24 layers' caches so the L2 does not hold them); GB/s of
+//               K/V/q/out bytes against the copy ceiling
+//   gemm        linear_forward bf16: decode-shaped (M = B, weight-read bound, rotating
+//               over 24 weight copies) in GB/s and a training-shaped one in TFLOP/s
+//   logprob     fused LM head + logsumexp forward (2·N·C·V flop) and backward (6·N·C·V)
+//   sampling    sample_tokens on (B, V) f32 logits with and without top-p/top-k
+// Prints a table and writes the JSON of docs/DESIGN §6 (path: argv[1], default
+// bench/results/bench_kernels.json). Median over 7 repeats of 20 iterations each.
+#include <cstdio>
+#include <cstring>
+
+#ifndef GRPO_HAVE_CUDA
+int main() {
+  std::printf("bench_kernels: this build has no CUDA backend; rebuild with nvcc (-DGRPO_CUDA=ON)\n");
+  return 0;
+}
+#else
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/context.h"
+#include "core/tensor.h"
+#include "kernels/attention.h"
+#include "kernels/linear.h"
+#include "kernels/logprob.h"
+#include "kernels/sampling.h"
+
+using namespace grpo;
+
+namespace {
+
+#define BENCH_CUDA(x)                                                                          \
+  do {                                                                                         \
+    cudaError_t e_ = (x);                                                                      \
+    if (e_ != cudaSuccess) {                                                                   \
+      std::fprintf(stderr, "%s failed: %s\n", #x, cudaGetErrorString(e_));                     \
+      std::exit(1);                                                                            \
+    }                                                                                          \
+  } while (0)
+
+// Median milliseconds per call of fn(i) over repeats of `iters` calls.
+double time_ms(Context& ctx, const std::function<void(int)>& fn, int iters = 20, int repeats = 7) {
+  auto st = static_cast<cudaStream_t>(ctx.stream());
+  for (int i = 0; i < 3; ++i) fn(i);
+  BENCH_CUDA(cudaStreamSynchronize(st));
+  cudaEvent_t a, b;
+  BENCH_CUDA(cudaEventCreate(&a));
+  BENCH_CUDA(cudaEventCreate(&b));
+  std::vector<double> v;
+  int k = 0;
+  for (int r = 0; r < repeats; ++r) {
+    BENCH_CUDA(cudaEventRecord(a, st));
+    for (int i = 0; i < iters; ++i) fn(k++);
+    BENCH_CUDA(cudaEventRecord(b, st));
+    BENCH_CUDA(cudaEventSynchronize(b));
+    float ms = 0;
+    BENCH_CUDA(cudaEventElapsedTime(&ms, a, b));
+    v.push_back(double(ms) / iters);
+  }
+  BENCH_CUDA(cudaGetLastError());
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+Tensor randt(DType dt, const std::vector<int64_t>& shape, uint32_t seed, float scale = 1.f) {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = d(g);
+  return tensor_from_f32(Device::cuda, dt, v, shape);
+}
+template <class I>
+Tensor dev_ints(const std::vector<I>& v, DType dt, const std::vector<int64_t>& shape) {
+  Tensor t = tensor_empty(Device::cuda, dt, shape);
+  Tensor h = tensor_borrow(const_cast<I*>(v.data()), dt, Device::cpu, shape);
+  tensor_copy(t, h);
+  return t;
+}
+
+// Device copy of t (cheap way to get many distinct buffers with random contents).
+Tensor clone(const Tensor& t) {
+  Tensor c = tensor_empty(Device::cuda, t.dtype, std::vector<int64_t>(t.shape, t.shape + t.ndim));
+  BENCH_CUDA(cudaMemcpy(c.data, t.data, t.nbytes(), cudaMemcpyDeviceToDevice));
+  return c;
+}
+
+struct Row {
+  std::string name, unit;
+  double ms, value, ceiling;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (!cuda_available()) {
+    std::printf("bench_kernels: no CUDA device visible\n");
+    return 0;
+  }
+  const std::string json_path = argc > 1 ? argv[1] : "bench/results/bench_kernels.json";
+  ContextOptions o;
+  o.device = Device::cuda;
+  Context ctx(o);
+  cudaDeviceProp prop;
+  BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
+  auto st = static_cast<cudaStream_t>(ctx.stream());
+  const int64_t C = 896, Hq = 14, Hkv = 2, D = 64, F = 4864, V = 151936, L = 24;
+  std::vector<Row> rows;
+
+  // Copy ceiling.
+  const size_t copy_bytes = size_t(1) << 30;
+  Tensor cs = tensor_empty(Device::cuda, DType::u8, {int64_t(copy_bytes)}), cd = tensor_empty(Device::cuda, DType::u8, {int64_t(copy_bytes)});
+  BENCH_CUDA(cudaMemsetAsync(cs.data, 1, copy_bytes, st));
+  const double copy_ms = time_ms(ctx, [&](int) {
+    BENCH_CUDA(cudaMemcpyAsync(cd.data, cs.data, copy_bytes, cudaMemcpyDeviceToDevice, st));
+  }, 5, 5);
+  const double copy_gbs = 2.0 * double(copy_bytes) / (copy_ms * 1e6);
+  rows.push_back({"copy D2D 1 GiB (read+write)", "GB/s", copy_ms, copy_gbs, copy_gbs});
+
+  // Decode-shaped paged attention.
+  for (int64_t ctx_len : {int64_t(640), int64_t(2048)}) {
+    const int64_t B = 64, bs = 16, nbps = (ctx_len + bs - 1) / bs, n_blocks = B * nbps;
+    std::vector<Tensor> kc, vc;
+    const Tensor k0 = randt(DType::bf16, {n_blocks, bs, Hkv, D}, 10), v0 = randt(DType::bf16, {n_blocks, bs, Hkv, D}, 11);
+    for (int64_t l = 0; l < L; ++l) {
+      kc.push_back(clone(k0));
+      vc.push_back(clone(v0));
+    }
+    std::vector<int32_t> perm(static_cast<size_t>(n_blocks)), seq(static_cast<size_t>(B)), pos(static_cast<size_t>(B));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), std::mt19937(5));
+    for (int64_t b = 0; b < B; ++b) {
+      seq[static_cast<size_t>(b)] = int32_t(b);
+      pos[static_cast<size_t>(b)] = int32_t(ctx_len - 1);
+    }
+    PagedAttnMeta m;
+    m.block_size = int(bs);
+    m.max_context = int(ctx_len);
+    m.token_seq = dev_ints(seq, DType::i32, {B});
+    m.token_pos = dev_ints(pos, DType::i32, {B});
+    m.block_table = dev_ints(perm, DType::i32, {B, nbps});
+    Tensor q = randt(DType::bf16, {B, Hq, D}, 7), out = tensor_empty(Device::cuda, DType::bf16, {B, Hq, D});
+    const double ms = time_ms(ctx, [&](int i) { cuda::attention_paged(ctx, out, q, kc[size_t(i % L)], vc[size_t(i % L)], m); });
+    const double bytes = double(B) * double(ctx_len) * Hkv * D * 2 * 2 + 2.0 * B * Hq * D * 2;
+    rows.push_back({"paged attn decode B=64 ctx=" + std::to_string(ctx_len), "GB/s", ms, bytes / (ms * 1e6), copy_gbs});
+  }
+
+  // GEMMs: decode-shaped (weight-read bound) and training-shaped (FLOP bound).
+  {
+    const int64_t M = 64;
+    std::vector<Tensor> ws;
+    const Tensor w0 = randt(DType::bf16, {2 * F, C}, 200, 0.05f);
+    for (int64_t l = 0; l < L; ++l) ws.push_back(clone(w0));
+    Tensor x = randt(DType::bf16, {M, C}, 8), y = tensor_empty(Device::cuda, DType::bf16, {M, 2 * F});
+    const double ms = time_ms(ctx, [&](int i) { cuda::linear_forward(ctx, y, x, ws[size_t(i % L)], nullptr, false); });
+    const double bytes = double(2 * F) * C * 2 + double(M) * C * 2 + double(M) * 2 * F * 2;
+    rows.push_back({"gemm gate_up M=64 N=9728 K=896 (decode)", "GB/s", ms, bytes / (ms * 1e6), copy_gbs});
+  }
+  {
+    const int64_t M = 8192;
+    Tensor w = randt(DType::bf16, {2 * F, C}, 9, 0.05f), x = randt(DType::bf16, {M, C}, 10);
+    Tensor y = tensor_empty(Device::cuda, DType::bf16, {M, 2 * F});
+    const double ms = time_ms(ctx, [&](int) { cuda::linear_forward(ctx, y, x, w, nullptr, false); });
+    const double tf = 2.0 * M * 2 * F * C / (ms * 1e9);
+    rows.push_back({"gemm gate_up M=8192 N=9728 K=896 (train)", "TFLOP/s", ms, tf, 0});
+  }
+
+  // Fused logprob forward/backward.
+  {
+    const int64_t N = 4096;
+    Tensor h = randt(DType::bf16, {N, C}, 11), w = randt(DType::bf16, {V, C}, 12, 0.05f);
+    std::vector<int32_t> tg(static_cast<size_t>(N));
+    std::mt19937 g(13);
+    for (auto& t : tg) t = int32_t(g() % uint32_t(V));
+    Tensor tgt = dev_ints(tg, DType::i32, {N});
+    Tensor lp = tensor_empty(Device::cuda, DType::f32, {N}), lse = tensor_empty(Device::cuda, DType::f32, {N});
+    Tensor ent = tensor_empty(Device::cuda, DType::f32, {N}), dl = randt(DType::f32, {N}, 14);
+    Tensor dh = tensor_empty(Device::cuda, DType::bf16, {N, C}), dw = tensor_zeros(Device::cuda, DType::f32, {V, C});
+    const double fms = time_ms(ctx, [&](int) { cuda::token_logprobs_forward(ctx, lp, lse, &ent, h, w, tgt, 1.f); }, 5, 5);
+    rows.push_back({"logprob fwd N=4096 V=151936", "TFLOP/s", fms, 2.0 * N * C * V / (fms * 1e9), 0});
+    const double bms = time_ms(ctx, [&](int) { cuda::token_logprobs_backward(ctx, dh, &dw, dl, h, w, tgt, lse, 1.f); }, 3, 5);
+    rows.push_back({"logprob bwd N=4096 V=151936 (dh+dw)", "TFLOP/s", bms, 6.0 * N * C * V / (bms * 1e9), 0});
+  }
+
+  // Sampling.
+  for (int filt = 0; filt < 2; ++filt) {
+    const int64_t R = 64;
+    Tensor z = randt(DType::f32, {R, V}, 15, 3.f);
+    SamplingRows sr;
+    sr.temperature = tensor_from_f32(Device::cuda, DType::f32, std::vector<float>(R, 1.f), {R});
+    sr.top_p = tensor_from_f32(Device::cuda, DType::f32, std::vector<float>(R, filt ? 0.9f : 1.f), {R});
+    sr.min_p = tensor_from_f32(Device::cuda, DType::f32, std::vector<float>(R, 0.f), {R});
+    sr.top_k = dev_ints(std::vector<int32_t>(R, filt ? 50 : 0), DType::i32, {R});
+    sr.rng_key = dev_ints(std::vector<int64_t>(R, 42), DType::i64, {R});
+    sr.rng_pos = dev_ints(std::vector<int64_t>(R, 1), DType::i64, {R});
+    SamplingOutputs so;
+    so.tokens = tensor_empty(Device::cuda, DType::i32, {R});
+    so.logprob_raw = tensor_empty(Device::cuda, DType::f32, {R});
+    so.logprob_processed = tensor_empty(Device::cuda, DType::f32, {R});
+    const double ms = time_ms(ctx, [&](int) { cuda::sample_tokens(ctx, so, z, sr, false); }, 10, 5);
+    const double bytes = double(R) * V * 4;
+    rows.push_back({std::string("sample_tokens R=64 V=151936 ") + (filt ? "top_p=0.9 top_k=50" : "no filter"),
+                    "GB/s (one pass)", ms, bytes / (ms * 1e6), copy_gbs});
+  }
+
+  std::printf("device: %s (%d SMs, L2 %d MB)\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+  std::printf("%-48s %10s %12s %-16s %8s\n", "kernel", "ms", "value", "unit", "of ceil");
+  for (const Row& r : rows)
+    std::printf("%-48s %10.4f %12.1f %-16s %8s\n", r.name.c_str(), r.ms, r.value, r.unit.c_str(),
+                r.ceiling > 0 ? (std::to_string(int(100.0 * r.value / r.ceiling + 0.5)) + "%").c_str() : "-");
+
+  std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  if (FILE* f = std::fopen(json_path.c_str(), "w")) {
+    std::fprintf(f, "{\"bench\": \"bench_kernels\", \"date\": \"%s\", \"device\": \"%s\", \"command\": \"%s\",\n", date,
+                 prop.name, argv[0]);
+    std::fprintf(f, " \"config\": {\"model\": \"Qwen2.5-0.5B shapes\", \"C\": %lld, \"Hq\": %lld, \"Hkv\": %lld, \"D\": %lld, \"V\": %lld},\n",
+                 (long long)C, (long long)Hq, (long long)Hkv, (long long)D, (long long)V);
+    std::fprintf(f, " \"metrics\": {");
+    for (size_t i = 0; i < rows.size(); ++i)
+      std::fprintf(f, "%s\n  \"%s\": {\"ms\": %.5f, \"value\": %.3f, \"unit\": \"%s\"}", i ? "," : "", rows[i].name.c_str(),
+                   rows[i].ms, rows[i].value, rows[i].unit.c_str());
+    std::fprintf(f, "},\n \"peer\": {\"name\": \"cudaMemcpy D2D\", \"metrics\": {\"copy_gbs\": %.1f}}}\n", copy_gbs);
+    std::fclose(f);
+    std::printf("wrote %s\n", json_path.c_str());
+  } else {
+    std::printf("could not write %s (run from the repository root)\n", json_path.c_str());
+  }
+  return 0;
+}
+#endif

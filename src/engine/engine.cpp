@@ -1,0 +1,264 @@
+// Rollout engine (see engine.h).
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <map>
+
+#include "core/log.h"
+#include "core/timer.h"
+
+namespace grpo {
+
+struct Engine::Decoder {
+  explicit Decoder(const Tokenizer& t) : dec(t, /*skip_special=*/true) {}
+  IncrementalDecoder dec;
+};
+
+Status EngineOptions::validate() const {
+  auto bad = [](const std::string& m) { return error_status("engine options: " + m); };
+  if (block_size < 1 || block_size > 1024) return bad("block_size must be in [1, 1024]");
+  if (n_kv_blocks < 0) return bad("n_kv_blocks must be >= 0 (0 = size from kv_cache_bytes)");
+  if (n_kv_blocks == 0 && kv_cache_bytes == 0) return bad("give kv_cache_bytes (memory budget) or n_kv_blocks");
+  if (max_num_seqs < 1) return bad("max_num_seqs must be >= 1");
+  if (max_num_batched_tokens < max_num_seqs)
+    return bad("max_num_batched_tokens (" + std::to_string(max_num_batched_tokens) + ") must be >= max_num_seqs (" +
+               std::to_string(max_num_seqs) + "), or running sequences could miss their decode steps");
+  if (max_model_len < 0) return bad("max_model_len must be >= 0 (0 = the model's)");
+  return ok_status();
+}
+
+Result<int> engine_kv_blocks(const ModelConfig& cfg, DType kv_dtype, const EngineOptions& opt) {
+  GRPO_TRY(opt.validate());
+  const int max_len = opt.max_model_len > 0 ? opt.max_model_len : cfg.max_position_embeddings;
+  if (max_len < 2) return error_status("engine options: max_model_len must be >= 2 (got " + std::to_string(max_len) + ")");
+  if (!opt.enable_chunked_prefill && opt.max_num_batched_tokens < max_len)
+    return error_status("engine options: without chunked prefill max_num_batched_tokens (" +
+                        std::to_string(opt.max_num_batched_tokens) + ") must be >= max_model_len (" +
+                        std::to_string(max_len) + "), or a long sequence could never be (re)computed");
+  if (opt.n_kv_blocks > 0) return opt.n_kv_blocks;
+  const size_t per_block = kv_block_bytes(cfg, kv_dtype, opt.block_size);
+  const size_t n = opt.kv_cache_bytes / per_block;
+  if (n < 1)
+    return error_status("engine options: kv_cache_bytes (" + std::to_string(opt.kv_cache_bytes) +
+                        ") is smaller than one KV block (" + std::to_string(per_block) + " bytes); raise it");
+  return int(std::min<size_t>(n, size_t(1) << 30));
+}
+
+Engine::Engine(Context& ctx, ModelWeights& w, const Tokenizer* tok, EngineOptions opt)
+    : ctx_(ctx), w_(w), tok_(tok), opt_(std::move(opt)) {
+  auto n_blocks = engine_kv_blocks(w.config, w.dtype, opt_);
+  GRPO_CHECK_MSG(n_blocks.ok(), n_blocks.status().message().c_str());
+  max_model_len_ = opt_.max_model_len > 0 ? opt_.max_model_len : w.config.max_position_embeddings;
+  eos_ = opt_.eos_token_ids;
+  if (eos_.empty() && tok_) eos_ = tok_->eos_ids();
+  if (eos_.empty()) eos_ = w.config.eos_token_ids;
+  blocks_ = std::make_unique<BlockManager>(n_blocks.value(), opt_.block_size, opt_.enable_prefix_caching);
+  SchedulerOptions so;
+  so.max_num_seqs = opt_.max_num_seqs;
+  so.max_num_batched_tokens = opt_.max_num_batched_tokens;
+  so.enable_chunked_prefill = opt_.enable_chunked_prefill;
+  scheduler_ = std::make_unique<Scheduler>(so, *blocks_);
+  ModelRunnerOptions ro;
+  ro.block_size = opt_.block_size;
+  ro.n_blocks = n_blocks.value();
+  ro.max_num_seqs = opt_.max_num_seqs;
+  ro.max_num_batched_tokens = opt_.max_num_batched_tokens;
+  ro.max_model_len = max_model_len_;
+  ro.kv_dtype = w.dtype;
+  ro.use_cuda_graphs = opt_.use_cuda_graphs;
+  runner_ = std::make_unique<ModelRunner>(ctx_, w_, ro);
+}
+
+Engine::~Engine() = default;
+
+Status Engine::check_request(const std::vector<int32_t>& prompt_ids, const SamplingParams& params) const {
+  const int V = w_.config.vocab_size;
+  GRPO_TRY(params.validate(V));
+  if (prompt_ids.empty()) return error_status("request: the prompt is empty (give at least one token id)");
+  for (size_t i = 0; i < prompt_ids.size(); ++i)
+    if (prompt_ids[i] < 0 || prompt_ids[i] >= V)
+      return error_status("request: prompt id " + std::to_string(prompt_ids[i]) + " at position " +
+                          std::to_string(i) + " is outside the vocabulary [0, " + std::to_string(V) + ")");
+  const int n_prompt = int(prompt_ids.size());
+  if (n_prompt >= max_model_len_)
+    return error_status("request: the prompt has " + std::to_string(n_prompt) + " tokens but the context is " +
+                        std::to_string(max_model_len_) + " (max_model_len); shorten it to leave room for output");
+  if (!params.stop.empty() && !tok_)
+    return error_status("request: stop strings need a tokenizer (the engine was created without one)");
+  const int max_total = int(std::min<int64_t>(int64_t(n_prompt) + params.max_tokens, max_model_len_));
+  const int need = blocks_->blocks_for(max_total);
+  if (need > blocks_->n_blocks())
+    return error_status("request: prompt + max_tokens needs " + std::to_string(need) + " KV blocks but the pool has " +
+                        std::to_string(blocks_->n_blocks()) + "; raise the KV memory budget or lower max_tokens");
+  return ok_status();
+}
+
+Result<int64_t> Engine::add_request(std::vector<int32_t> prompt_ids, const SamplingParams& params) {
+  GRPO_TRY(check_request(prompt_ids, params));
+  const int n_prompt = int(prompt_ids.size());
+  const int max_total = int(std::min<int64_t>(int64_t(n_prompt) + params.max_tokens, max_model_len_));
+  const int64_t rid = next_request_++;
+  const double now = now_seconds();
+  auto group = std::make_shared<SeqGroup>();
+  for (int j = 0; j < params.n; ++j) {
+    auto s = std::make_unique<Sequence>();
+    s->seq_id = next_seq_++;
+    s->request_id = rid;
+    s->sample_index = j;
+    s->tokens = prompt_ids;
+    s->n_prompt = n_prompt;
+    s->max_total = max_total;
+    s->group = group;
+    s->params = params;
+    const uint64_t seed = params.seed ? *params.seed : (opt_.seed ^ sampling_mix64(uint64_t(rid)));
+    s->rng_key = sampling_row_key(seed, uint64_t(j));
+    s->t_arrival = now;
+    if (tok_) decoders_[s->seq_id] = std::make_unique<Decoder>(*tok_);
+    scheduler_->add(s.get());
+    seqs_[s->seq_id] = std::move(s);
+  }
+  return rid;
+}
+
+RowSampling Engine::row_sampling(const Sequence& s) const {
+  const SamplingParams& p = s.params;
+  RowSampling r;
+  r.temperature = p.temperature;
+  r.top_p = p.top_p;
+  r.top_k = p.top_k;
+  r.min_p = p.min_p;
+  r.rng_key = s.rng_key;
+  r.rng_pos = uint64_t(s.n_completion());
+  if (s.n_completion() < p.min_tokens) {
+    r.banned.assign(eos_.begin(), eos_.end());
+    r.banned.insert(r.banned.end(), p.stop_token_ids.begin(), p.stop_token_ids.end());
+  }
+  r.n_top = p.top_logprobs;
+  r.top_processed = p.logprobs_mode == LogprobsMode::processed;
+  return r;
+}
+
+std::vector<RequestOutput> Engine::step() {
+  std::vector<RequestOutput> done;
+  SchedulerOutput out = scheduler_->schedule();
+  if (out.empty()) {
+    GRPO_CHECK_MSG(!scheduler_->has_work(), "engine: requests are queued but none can be scheduled");
+    return done;
+  }
+  double now = now_seconds();
+  std::vector<RowSampling> rows;
+  for (const auto& ss : out.seqs) {
+    if (ss.seq->t_first_scheduled < 0) ss.seq->t_first_scheduled = now;
+    if (ss.sample) rows.push_back(row_sampling(*ss.seq));
+  }
+  std::vector<SampledRow> sampled;
+  runner_->execute(out, rows, sampled);
+  scheduler_->on_step_done(out);
+  ++stats_.steps;
+  stats_.tokens_computed += out.n_tokens;
+  stats_.preemptions = scheduler_->n_preemptions();
+  stats_.graph_replays = runner_->n_graph_replays();
+  now = now_seconds();
+  size_t r = 0;
+  for (const auto& ss : out.seqs) {
+    if (!ss.sample) continue;
+    Sequence& s = *ss.seq;
+    if (s.n_completion() == 0) stats_.prefix_hit_tokens += s.prefix_hit_tokens;
+    on_token(s, sampled[r++], now);
+    ++stats_.tokens_generated;
+    if (s.finish != FinishReason::none) done.push_back(finish_output(s, s.finish, now));
+  }
+  return done;
+}
+
+// Appends the sampled token and decides whether the sample ends (sets s.finish).
+void Engine::on_token(Sequence& s, const SampledRow& row, double now) {
+  const SamplingParams& p = s.params;
+  const int32_t t = row.token;
+  s.tokens.push_back(t);
+  s.logprobs_raw.push_back(row.logprob_raw);
+  s.logprobs_processed.push_back(row.logprob_processed);
+  if (p.top_logprobs > 0) s.top_logprobs.push_back(row.top);
+  if (s.t_first_token < 0) s.t_first_token = now;
+  auto it = decoders_.find(s.seq_id);
+  if (it != decoders_.end()) s.text += it->second->dec.push(t);
+
+  const bool past_min = s.n_completion() >= p.min_tokens;
+  if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), t) != p.stop_token_ids.end()) {
+    s.finish = FinishReason::stop;
+  } else if (!p.ignore_eos && std::find(eos_.begin(), eos_.end(), t) != eos_.end()) {
+    s.finish = FinishReason::eos;
+  } else if (!p.stop.empty() && past_min) {
+    // Only text not yet scanned can start a new match, less the longest stop string's tail.
+    size_t longest = 0;
+    for (const auto& st : p.stop) longest = std::max(longest, st.size());
+    const size_t from = s.text_checked >= longest ? s.text_checked - (longest - 1) : 0;
+    size_t cut = std::string::npos;
+    for (const auto& st : p.stop) cut = std::min(cut, s.text.find(st, from));
+    s.text_checked = s.text.size();
+    if (cut != std::string::npos) {
+      s.text.resize(cut);
+      s.finish = FinishReason::stop;
+      decoders_.erase(s.seq_id);  // nothing after the stop string belongs to the text
+    }
+  }
+  if (s.finish == FinishReason::none && (s.n_completion() >= p.max_tokens || s.n_total() >= s.max_total))
+    s.finish = FinishReason::length;
+}
+
+RequestOutput Engine::finish_output(Sequence& s, FinishReason reason, double now) {
+  scheduler_->finish(&s, reason);
+  auto dit = decoders_.find(s.seq_id);
+  if (dit != decoders_.end()) {
+    s.text += dit->second->dec.flush();
+    decoders_.erase(dit);
+  }
+  RequestOutput o;
+  o.request_id = s.request_id;
+  o.sample_index = s.sample_index;
+  o.prompt_ids.assign(s.tokens.begin(), s.tokens.begin() + s.n_prompt);
+  o.completion_ids.assign(s.tokens.begin() + s.n_prompt, s.tokens.end());
+  o.text = std::move(s.text);
+  o.logprobs = s.params.logprobs_mode == LogprobsMode::raw ? s.logprobs_raw : s.logprobs_processed;
+  o.logprobs_raw = std::move(s.logprobs_raw);
+  o.logprobs_processed = std::move(s.logprobs_processed);
+  o.top_logprobs = std::move(s.top_logprobs);
+  o.finish_reason = reason;
+  RequestTelemetry& tm = o.telemetry;
+  tm.queue_s = s.t_first_scheduled - s.t_arrival;
+  tm.ttft_s = s.t_first_token - s.t_arrival;
+  tm.e2e_s = now - s.t_arrival;
+  tm.prompt_tokens = s.n_prompt;
+  tm.generated_tokens = s.n_completion();
+  tm.prefix_hit_tokens = s.prefix_hit_tokens;
+  tm.n_preemptions = s.n_preemptions;
+  tm.peak_kv_bytes = size_t(s.peak_blocks) * runner_->kv_bytes_per_block();
+  seqs_.erase(s.seq_id);  // s is dangling from here
+  return o;
+}
+
+Result<std::vector<RequestOutput>> Engine::generate(const std::vector<std::vector<int32_t>>& prompts,
+                                                    const SamplingParams& params) {
+  for (size_t i = 0; i < prompts.size(); ++i)
+    GRPO_TRY(check_request(prompts[i], params).with_context("prompt " + std::to_string(i)));
+  std::map<int64_t, size_t> first_index;  // request id -> index of its sample 0 in the result
+  std::vector<RequestOutput> result(prompts.size() * size_t(params.n));
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto rid = add_request(prompts[i], params);
+    if (!rid.ok()) return rid.status().with_context("prompt " + std::to_string(i));
+    first_index[rid.value()] = i * size_t(params.n);
+  }
+  size_t n_left = result.size();
+  while (n_left > 0) {
+    GRPO_CHECK_MSG(has_unfinished(), "engine: generate lost track of a request");
+    for (auto& o : step()) {
+      auto it = first_index.find(o.request_id);
+      if (it == first_index.end()) continue;
+      result[it->second + size_t(o.sample_index)] = std::move(o);
+      --n_left;
+    }
+  }
+  return result;
+}
+
+}  // namespace grpo

@@ -1,0 +1,134 @@
+// Rollout engine: requests in, completions with logprobs and telemetry out.
+// Continuous batching over a paged KV cache with prefix caching (see
+// scheduler.h, block_manager.h, model_runner.h).
+//
+// Determinism: a sample's tokens depend only on the weights, its prompt, its
+// SamplingParams and its RNG key — (seed, sample index) when a seed is given,
+// else (engine seed, request id) — never on which other requests share a step,
+// on preemption or on prefix-cache hits, provided the kernels are batch-invariant
+// (the CPU fp32 backend is; tests/engine checks it).
+//
+// Completion ids include the token that ended the sample (EOS, a stop id, or
+// the token that completed a stop string) with its logprobs: the trainer must
+// see it. `text` excludes EOS/special tokens and is cut before a stop string.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/context.h"
+#include "engine/model_runner.h"
+#include "engine/sampling_params.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "model/weights.h"
+#include "tokenizer/tokenizer.h"
+
+namespace grpo {
+
+struct EngineOptions {
+  int block_size = 16;
+  size_t kv_cache_bytes = size_t(256) << 20;  // memory budget of the KV pool
+  int n_kv_blocks = 0;                         // > 0: use exactly this many blocks instead
+  int max_num_seqs = 64;
+  int max_num_batched_tokens = 2048;
+  int max_model_len = 0;                       // 0: the model's max_position_embeddings
+  bool enable_prefix_caching = true;
+  bool enable_chunked_prefill = true;
+  bool use_cuda_graphs = false;                // capture decode steps (CUDA only)
+  uint64_t seed = 0;                           // keys of requests without a seed
+  std::vector<int> eos_token_ids;              // empty: the tokenizer's, else config.json's
+  Status validate() const;
+};
+
+// KV blocks the options give for this model: n_kv_blocks, or the memory budget
+// divided by the bytes of one block. Errors name the option to change.
+Result<int> engine_kv_blocks(const ModelConfig& cfg, DType kv_dtype, const EngineOptions& opt);
+
+struct RequestTelemetry {
+  double queue_s = 0;         // arrival -> first scheduled
+  double ttft_s = 0;          // arrival -> first completion token
+  double e2e_s = 0;           // arrival -> finished
+  int prompt_tokens = 0;
+  int generated_tokens = 0;
+  int prefix_hit_tokens = 0;  // prompt tokens served by the prefix cache at admission
+  int n_preemptions = 0;
+  size_t peak_kv_bytes = 0;   // most KV bytes referenced at once (shared blocks included)
+};
+
+struct RequestOutput {
+  int64_t request_id = 0;
+  int sample_index = 0;
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> completion_ids;
+  std::string text;                        // empty without a tokenizer
+  std::vector<float> logprobs;             // per completion token, in params.logprobs_mode
+  std::vector<float> logprobs_raw;         // log_softmax of the logits (what the trainer recomputes)
+  std::vector<float> logprobs_processed;   // under the distribution actually sampled from
+  std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;  // when params.top_logprobs > 0
+  FinishReason finish_reason = FinishReason::none;
+  RequestTelemetry telemetry;
+};
+
+struct EngineStats {
+  int64_t steps = 0;
+  int64_t tokens_computed = 0;    // prompt + recomputed tokens run through the model
+  int64_t tokens_generated = 0;
+  int64_t prefix_hit_tokens = 0;
+  int64_t preemptions = 0;
+  int64_t graph_replays = 0;
+};
+
+class Engine {
+ public:
+  // Precondition: opt.validate() is ok (checked). `tok` may be null (no text, no stop strings).
+  Engine(Context& ctx, ModelWeights& w, const Tokenizer* tok, EngineOptions opt);
+  ~Engine();
+
+  // Queues a prompt with params.n samples; returns the request id. Errors name the
+  // problem: invalid params, empty/too long prompt, ids outside the vocabulary, a
+  // request that cannot fit the KV pool, stop strings without a tokenizer.
+  Result<int64_t> add_request(std::vector<int32_t> prompt_ids, const SamplingParams& params);
+  // Runs one scheduled step; returns the samples that finished in it.
+  std::vector<RequestOutput> step();
+  bool has_unfinished() const { return scheduler_->has_work(); }
+  // Blocking: runs until every prompt's samples are done. Output k = prompt k / n,
+  // sample k % n. Requests already queued are run too (their outputs are dropped).
+  Result<std::vector<RequestOutput>> generate(const std::vector<std::vector<int32_t>>& prompts,
+                                              const SamplingParams& params);
+  // Drops every cached prefix (call after the weights change).
+  void reset_prefix_cache() { blocks_->reset_prefix_cache(); }
+
+  const EngineStats& stats() const { return stats_; }
+  const EngineOptions& options() const { return opt_; }
+  int n_kv_blocks() const { return blocks_->n_blocks(); }
+  int n_free_kv_blocks() const { return blocks_->n_free(); }
+  size_t kv_bytes_per_block() const { return runner_->kv_bytes_per_block(); }
+  int max_model_len() const { return max_model_len_; }
+  const std::vector<int>& eos_token_ids() const { return eos_; }
+
+ private:
+  struct Decoder;
+  Status check_request(const std::vector<int32_t>& prompt_ids, const SamplingParams& params) const;
+  void on_token(Sequence& s, const SampledRow& row, double now);
+  RowSampling row_sampling(const Sequence& s) const;
+  RequestOutput finish_output(Sequence& s, FinishReason reason, double now);
+
+  Context& ctx_;
+  ModelWeights& w_;
+  const Tokenizer* tok_;
+  EngineOptions opt_;
+  int max_model_len_ = 0;
+  std::vector<int> eos_;
+  std::unique_ptr<BlockManager> blocks_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unordered_map<int64_t, std::unique_ptr<Sequence>> seqs_;
+  std::unordered_map<int64_t, std::unique_ptr<Decoder>> decoders_;
+  int64_t next_request_ = 0, next_seq_ = 0;
+  EngineStats stats_;
+};
+
+}  // namespace grpo

@@ -1,0 +1,303 @@
+// Model runner (see model_runner.h).
+#include "engine/model_runner.h"
+
+#include <algorithm>
+#include <cstring>
+
+#ifdef GRPO_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+#include "core/log.h"
+#include "engine/cuda_graph.h"
+
+namespace grpo {
+
+namespace {
+
+// Host <-> device copies ordered on ctx.stream() (a non-blocking stream: plain
+// cudaMemcpy would not be ordered with the forward and the sampler).
+void copy_bytes(Context& ctx, void* dst, const void* src, size_t n, bool to_host) {
+#ifdef GRPO_HAVE_CUDA
+  if (ctx.device() == Device::cuda) {
+    auto st = static_cast<cudaStream_t>(ctx.stream());
+    GRPO_CHECK(cudaMemcpyAsync(dst, src, n, to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, st) ==
+               cudaSuccess);
+    if (to_host) GRPO_CHECK(cudaStreamSynchronize(st) == cudaSuccess);
+    return;
+  }
+#endif
+  std::memcpy(dst, src, n);
+}
+
+// Copies the first n host values into the front of a persistent device buffer.
+template <class T>
+void upload(Context& ctx, const Tensor& dst, const std::vector<T>& h, int64_t n) {
+  if (n == 0) return;
+  GRPO_CHECK(int64_t(h.size()) >= n && dst.numel() >= n && dtype_size(dst.dtype) == sizeof(T));
+  copy_bytes(ctx, dst.data, h.data(), size_t(n) * sizeof(T), false);
+}
+
+template <class T>
+void download(Context& ctx, std::vector<T>& h, const Tensor& src, int64_t n) {
+  h.resize(size_t(n));
+  if (n == 0) return;
+  GRPO_CHECK(src.numel() >= n && dtype_size(src.dtype) == sizeof(T));
+  copy_bytes(ctx, h.data(), src.data, size_t(n) * sizeof(T), true);
+}
+
+}  // namespace
+
+size_t kv_block_bytes(const ModelConfig& cfg, DType kv_dtype, int block_size) {
+  return size_t(2) * size_t(cfg.n_layers) * size_t(block_size) * size_t(cfg.n_kv_heads) * size_t(cfg.head_dim) *
+         dtype_size(kv_dtype);
+}
+
+ModelRunner::ModelRunner(Context& ctx, const ModelWeights& w, const ModelRunnerOptions& opt)
+    : ctx_(ctx), w_(w), opt_(opt) {
+  GRPO_CHECK(opt.n_blocks > 0 && opt.block_size > 0 && opt.max_model_len > 0);
+  GRPO_CHECK(opt.max_num_seqs > 0 && opt.max_num_batched_tokens > 0);
+  GRPO_CHECK_MSG(w.device == ctx.device(), "ModelRunner: weights and context are on different devices");
+  const ModelConfig& cfg = w.config;
+  const Device dev = ctx.device();
+  max_blocks_per_seq_ = (opt.max_model_len + opt.block_size - 1) / opt.block_size;
+  if (opt_.graph_batch_sizes.empty()) {
+    for (int b : {1, 2, 4, 8})
+      if (b < opt.max_num_seqs) opt_.graph_batch_sizes.push_back(b);
+    for (int b = 16; b < opt.max_num_seqs; b += 8) opt_.graph_batch_sizes.push_back(b);
+    opt_.graph_batch_sizes.push_back(opt.max_num_seqs);
+  }
+  std::sort(opt_.graph_batch_sizes.begin(), opt_.graph_batch_sizes.end());
+  max_T_ = std::max(opt.max_num_batched_tokens, opt.max_num_seqs);
+
+  cache_ = kv_cache_allocate(cfg, dev, opt.kv_dtype, opt.n_blocks, opt.block_size);
+  rope_ = rope_table_build(cfg, dev, opt.max_model_len);
+  scratch_ = forward_scratch_allocate(cfg, dev, w.dtype, max_T_, opt.max_num_seqs);
+  d_tokens_ = tensor_zeros(dev, DType::i32, {max_T_});
+  d_positions_ = tensor_zeros(dev, DType::i32, {max_T_});
+  d_token_seq_ = tensor_zeros(dev, DType::i32, {max_T_});
+  d_slots_ = tensor_zeros(dev, DType::i32, {max_T_});
+  d_block_table_ = tensor_zeros(dev, DType::i32, {opt.max_num_seqs, max_blocks_per_seq_});
+  d_logit_rows_ = tensor_zeros(dev, DType::i32, {opt.max_num_seqs});
+  d_logits_ = tensor_zeros(dev, DType::f32, {opt.max_num_seqs, cfg.vocab_size});
+  const int64_t N = opt.max_num_seqs;
+  d_rows_.temperature = tensor_zeros(dev, DType::f32, {N});
+  d_rows_.top_p = tensor_zeros(dev, DType::f32, {N});
+  d_rows_.top_k = tensor_zeros(dev, DType::i32, {N});
+  d_rows_.min_p = tensor_zeros(dev, DType::f32, {N});
+  d_rows_.rng_key = tensor_zeros(dev, DType::i64, {N});
+  d_rows_.rng_pos = tensor_zeros(dev, DType::i64, {N});
+  d_tok_out_ = tensor_zeros(dev, DType::i32, {N});
+  d_lp_raw_ = tensor_zeros(dev, DType::f32, {N});
+  d_lp_proc_ = tensor_zeros(dev, DType::f32, {N});
+  h_block_table_.assign(size_t(N) * size_t(max_blocks_per_seq_), 0);
+
+  if (opt_.use_cuda_graphs) {
+    if (dev != Device::cuda) {
+      GRPO_LOG_INFO("engine: CUDA graphs apply to the CUDA backend only; running eagerly");
+    } else {
+      graphs_ = std::make_unique<DecodeGraphs>(ctx_);
+      if (graphs_->supported()) capture_graphs();
+    }
+  }
+}
+
+ModelRunner::~ModelRunner() = default;
+
+ForwardBatch ModelRunner::batch_view(int T, int S, int R, int max_context) {
+  ForwardBatch b;
+  b.tokens = d_tokens_.slice0(0, T);
+  b.positions = d_positions_.slice0(0, T);
+  b.attn.token_seq = d_token_seq_.slice0(0, T);
+  b.attn.token_pos = b.positions;
+  b.attn.block_table = d_block_table_.slice0(0, S);
+  b.attn.slot_mapping = d_slots_.slice0(0, T);
+  b.attn.block_size = opt_.block_size;
+  b.attn.max_context = max_context;
+  b.logit_rows = d_logit_rows_.slice0(0, R);
+  return b;
+}
+
+// Host-side batch for the step, padded with dummy decode rows up to padded_T
+// (graph replays); uploads it. Returns through members.
+void ModelRunner::fill_inputs(const SchedulerOutput& step, int padded_T) {
+  const int bs = opt_.block_size, MB = max_blocks_per_seq_;
+  const int S = int(step.seqs.size());
+  h_tokens_.clear();
+  h_positions_.clear();
+  h_token_seq_.clear();
+  h_slots_.clear();
+  h_logit_rows_.clear();
+  for (int s = 0; s < S; ++s) {
+    const ScheduledSeq& ss = step.seqs[size_t(s)];
+    const Sequence& seq = *ss.seq;
+    GRPO_CHECK(int(seq.table.blocks.size()) <= MB);
+    for (int i = 0; i < ss.n_new; ++i) {
+      const int p = seq.n_computed + i;
+      h_tokens_.push_back(seq.tokens[size_t(p)]);
+      h_positions_.push_back(p);
+      h_token_seq_.push_back(s);
+      h_slots_.push_back(seq.table.blocks[size_t(p / bs)] * bs + p % bs);
+    }
+    if (ss.sample) h_logit_rows_.push_back(int32_t(h_tokens_.size()) - 1);
+    int32_t* row = h_block_table_.data() + size_t(s) * size_t(MB);
+    std::fill(row, row + MB, 0);
+    std::copy(seq.table.blocks.begin(), seq.table.blocks.end(), row);
+  }
+  const int T = int(h_tokens_.size());
+  GRPO_CHECK(T == step.n_tokens && T <= max_T_);
+  for (int t = T; t < padded_T; ++t) {  // dummy decode rows: own (zero) block-table row, no write
+    h_tokens_.push_back(0);
+    h_positions_.push_back(0);
+    h_token_seq_.push_back(t);
+    h_slots_.push_back(-1);
+    h_logit_rows_.push_back(t);
+    std::fill(h_block_table_.begin() + int64_t(t) * MB, h_block_table_.begin() + int64_t(t + 1) * MB, 0);
+  }
+  const int S_pad = std::max(S, padded_T > T ? padded_T : S);
+  upload(ctx_, d_tokens_, h_tokens_, padded_T);
+  upload(ctx_, d_positions_, h_positions_, padded_T);
+  upload(ctx_, d_token_seq_, h_token_seq_, padded_T);
+  upload(ctx_, d_slots_, h_slots_, padded_T);
+  upload(ctx_, d_block_table_, h_block_table_, int64_t(S_pad) * MB);
+  upload(ctx_, d_logit_rows_, h_logit_rows_, int64_t(h_logit_rows_.size()));
+}
+
+void ModelRunner::run_forward(const SchedulerOutput& step) {
+  const int S = int(step.seqs.size()), T = step.n_tokens, R = step.n_sampled;
+  const bool decode = T == S && R == S;
+  if (graphs_ && decode) {
+    int B = 0;
+    for (int b : opt_.graph_batch_sizes)
+      if (b >= S && graphs_->has(b)) { B = b; break; }
+    if (B > 0) {
+      fill_inputs(step, B);
+      graphs_->launch(B);
+      ++n_graph_replays_;
+      return;
+    }
+  }
+  fill_inputs(step, T);
+  int max_context = 0;
+  for (int t = 0; t < T; ++t) max_context = std::max(max_context, h_positions_[size_t(t)] + 1);
+  ForwardBatch batch = batch_view(T, S, R, max_context);
+  Tensor logits = d_logits_.slice0(0, R);
+  transformer_forward(ctx_, w_, cache_, rope_, batch, scratch_, logits);
+}
+
+void ModelRunner::capture_graphs() {
+  SchedulerOutput empty;
+  for (int B : opt_.graph_batch_sizes) {
+    if (B > max_T_) break;
+    fill_inputs(empty, B);  // all rows dummy: nothing is written to the cache
+    ForwardBatch batch = batch_view(B, B, B, opt_.max_model_len);
+    Tensor logits = d_logits_.slice0(0, B);
+    const bool ok = graphs_->capture(B, [&] { transformer_forward(ctx_, w_, cache_, rope_, batch, scratch_, logits); });
+    if (!ok) {
+      GRPO_LOG_WARN("engine: CUDA graph capture failed for batch %d; decode runs eagerly from there on", B);
+      break;
+    }
+  }
+}
+
+void ModelRunner::execute(const SchedulerOutput& step, const std::vector<RowSampling>& rows,
+                          std::vector<SampledRow>& out) {
+  GRPO_CHECK(int(rows.size()) == step.n_sampled);
+  out.clear();
+  if (step.empty()) return;
+  run_forward(step);
+  sample(rows, out);
+}
+
+void ModelRunner::sample(const std::vector<RowSampling>& rows, std::vector<SampledRow>& out) {
+  const int64_t R = int64_t(rows.size());
+  out.assign(size_t(R), SampledRow{});
+  if (R == 0) return;
+  const Device dev = ctx_.device();
+  int NB = 0, n_top = 0;
+  bool any_raw = false, any_proc = false;
+  for (const auto& r : rows) {
+    NB = std::max(NB, int(r.banned.size()));
+    n_top = std::max(n_top, r.n_top);
+    if (r.n_top > 0) (r.top_processed ? any_proc : any_raw) = true;
+  }
+  const size_t nR = static_cast<size_t>(R);
+  std::vector<float> temp(nR), top_p(nR), min_p(nR);
+  std::vector<int32_t> top_k(nR), banned(nR * static_cast<size_t>(NB), -1);
+  std::vector<int64_t> key(nR), pos(nR);
+  for (int64_t r = 0; r < R; ++r) {
+    const RowSampling& rs = rows[size_t(r)];
+    temp[size_t(r)] = rs.temperature;
+    top_p[size_t(r)] = rs.top_p;
+    min_p[size_t(r)] = rs.min_p;
+    top_k[size_t(r)] = rs.top_k;
+    key[size_t(r)] = int64_t(rs.rng_key);
+    pos[size_t(r)] = int64_t(rs.rng_pos);
+    std::copy(rs.banned.begin(), rs.banned.end(), banned.begin() + r * NB);
+  }
+  upload(ctx_, d_rows_.temperature, temp, R);
+  upload(ctx_, d_rows_.top_p, top_p, R);
+  upload(ctx_, d_rows_.min_p, min_p, R);
+  upload(ctx_, d_rows_.top_k, top_k, R);
+  upload(ctx_, d_rows_.rng_key, key, R);
+  upload(ctx_, d_rows_.rng_pos, pos, R);
+  SamplingRows v;
+  v.temperature = d_rows_.temperature.slice0(0, R);
+  v.top_p = d_rows_.top_p.slice0(0, R);
+  v.top_k = d_rows_.top_k.slice0(0, R);
+  v.min_p = d_rows_.min_p.slice0(0, R);
+  v.rng_key = d_rows_.rng_key.slice0(0, R);
+  v.rng_pos = d_rows_.rng_pos.slice0(0, R);
+  if (NB > 0) {
+    if (NB > banned_cap_) {
+      banned_cap_ = NB;
+      d_rows_.banned = tensor_zeros(dev, DType::i32, {int64_t(opt_.max_num_seqs) * NB});
+    }
+    upload(ctx_, d_rows_.banned, banned, R * NB);
+    v.banned = d_rows_.banned.view({d_rows_.banned.numel()}).slice0(0, R * NB).view({R, int64_t(NB)});
+  }
+  SamplingOutputs o;
+  o.tokens = d_tok_out_.slice0(0, R);
+  o.logprob_raw = d_lp_raw_.slice0(0, R);
+  o.logprob_processed = d_lp_proc_.slice0(0, R);
+  if (n_top > 0) {
+    if (n_top > top_cap_) {
+      top_cap_ = n_top;
+      d_top_ids_ = tensor_zeros(dev, DType::i32, {int64_t(opt_.max_num_seqs) * n_top});
+      d_top_lps_ = tensor_zeros(dev, DType::f32, {int64_t(opt_.max_num_seqs) * n_top});
+    }
+    o.top_ids = d_top_ids_.slice0(0, R * n_top).view({R, int64_t(n_top)});
+    o.top_logprobs = d_top_lps_.slice0(0, R * n_top).view({R, int64_t(n_top)});
+  }
+  const Tensor logits = d_logits_.slice0(0, R);
+  std::vector<int32_t> tok, top_ids;
+  std::vector<float> lr, lp, top_lps;
+  // Top-n lists under each distribution some row asked for (tokens are identical across calls).
+  for (int pass = 0; pass < 2; ++pass) {
+    const bool processed = pass == 1;
+    if (pass == 1 && !any_proc) break;
+    if (pass == 0 && !any_raw && any_proc) continue;
+    sample_tokens(ctx_, o, logits, v, processed);
+    download(ctx_, tok, o.tokens, R);
+    download(ctx_, lr, o.logprob_raw, R);
+    download(ctx_, lp, o.logprob_processed, R);
+    if (n_top > 0) {
+      download(ctx_, top_ids, o.top_ids, R * n_top);
+      download(ctx_, top_lps, o.top_logprobs, R * n_top);
+    }
+    for (int64_t r = 0; r < R; ++r) {
+      SampledRow& s = out[size_t(r)];
+      s.token = tok[size_t(r)];
+      s.logprob_raw = lr[size_t(r)];
+      s.logprob_processed = lp[size_t(r)];
+      const RowSampling& rs = rows[size_t(r)];
+      if (rs.n_top > 0 && rs.top_processed == processed) {
+        s.top.clear();
+        for (int j = 0; j < rs.n_top; ++j)
+          s.top.emplace_back(top_ids[size_t(r * n_top + j)], top_lps[size_t(r * n_top + j)]);
+      }
+    }
+  }
+}
+
+}  // namespace grpo

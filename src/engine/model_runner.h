@@ -1,0 +1,99 @@
+// Model runner: turns a scheduled step into a ForwardBatch on the device, runs
+// transformer_forward over the paged KV cache and samples one token for every
+// sequence whose step reaches the end of its known tokens.
+//
+// All step inputs live in persistent device buffers allocated once (sized by
+// max_num_batched_tokens / max_num_seqs / max_model_len), so their addresses never
+// change: a decode step (one token per sequence) can be captured once per padded
+// batch size as a CUDA graph and replayed by refilling the buffers. Padding rows of
+// a graph batch use slot -1 (nothing written) and position 0 of block 0 (a harmless
+// read); their logits are ignored. Sampling runs eagerly after the forward.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "core/context.h"
+#include "engine/scheduler.h"
+#include "kernels/sampling.h"
+#include "model/transformer.h"
+
+namespace grpo {
+
+class DecodeGraphs;
+
+struct ModelRunnerOptions {
+  int block_size = 16;
+  int n_blocks = 0;                   // KV pool blocks (> 0)
+  int max_num_seqs = 64;
+  int max_num_batched_tokens = 2048;
+  int max_model_len = 0;              // positions (> 0)
+  DType kv_dtype = DType::f32;
+  bool use_cuda_graphs = false;       // decode steps on CUDA only
+  std::vector<int> graph_batch_sizes; // empty: 1, 2, 4, 8, then multiples of 8 up to max_num_seqs
+};
+
+// Sampling settings of one logits row (host side).
+struct RowSampling {
+  float temperature = 1.f, top_p = 1.f, min_p = 0.f;
+  int top_k = 0;
+  uint64_t rng_key = 0, rng_pos = 0;
+  std::vector<int32_t> banned;
+  int n_top = 0;                       // top-n logprobs wanted
+  bool top_processed = false;          // top-n under the processed distribution
+};
+
+struct SampledRow {
+  int32_t token = -1;
+  float logprob_raw = 0, logprob_processed = 0;
+  std::vector<std::pair<int32_t, float>> top;  // (id, logprob), best first
+};
+
+// Bytes of one KV block over all layers (K and V).
+size_t kv_block_bytes(const ModelConfig& cfg, DType kv_dtype, int block_size);
+
+class ModelRunner {
+ public:
+  ModelRunner(Context& ctx, const ModelWeights& w, const ModelRunnerOptions& opt);
+  ~ModelRunner();
+  ModelRunner(const ModelRunner&) = delete;
+  ModelRunner& operator=(const ModelRunner&) = delete;
+
+  // Runs the step. rows has one entry per scheduled sequence with sample == true,
+  // in step order; out receives one SampledRow each.
+  void execute(const SchedulerOutput& step, const std::vector<RowSampling>& rows, std::vector<SampledRow>& out);
+
+  size_t kv_bytes_per_block() const { return cache_.bytes_per_block(); }
+  const ModelRunnerOptions& options() const { return opt_; }
+  int64_t n_graph_replays() const { return n_graph_replays_; }
+
+ private:
+  void fill_inputs(const SchedulerOutput& step, int padded_T);
+  ForwardBatch batch_view(int T, int S, int R, int max_context);
+  void run_forward(const SchedulerOutput& step);
+  void sample(const std::vector<RowSampling>& rows, std::vector<SampledRow>& out);
+  void capture_graphs();
+
+  Context& ctx_;
+  const ModelWeights& w_;
+  ModelRunnerOptions opt_;
+  int max_blocks_per_seq_ = 0;
+  int max_T_ = 0;
+  KVCache cache_;
+  RopeTable rope_;
+  ForwardScratch scratch_;
+  // Persistent step inputs on the device: (max_T) i32 each, block table (max_seqs, max_blocks_per_seq).
+  Tensor d_tokens_, d_positions_, d_token_seq_, d_slots_, d_block_table_, d_logit_rows_;
+  Tensor d_logits_;  // (max_seqs, V) f32
+  // Persistent sampling buffers (max_seqs rows); banned and top-n are flat and grow on demand.
+  SamplingRows d_rows_;
+  Tensor d_tok_out_, d_lp_raw_, d_lp_proc_, d_top_ids_, d_top_lps_;
+  int banned_cap_ = 0, top_cap_ = 0;
+  // Host staging.
+  std::vector<int32_t> h_tokens_, h_positions_, h_token_seq_, h_slots_, h_block_table_, h_logit_rows_;
+  std::unique_ptr<DecodeGraphs> graphs_;
+  int64_t n_graph_replays_ = 0;
+};
+
+}  // namespace grpo

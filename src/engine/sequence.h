@@ -1,0 +1,60 @@
+// One sequence (one sample of a request) as the scheduler and engine see it:
+// its tokens (prompt, then completion), how many of them have K/V in the cache,
+// its block table, and the per-sample record the engine fills while decoding.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/block_manager.h"
+#include "engine/sampling_params.h"
+
+namespace grpo {
+
+enum class SeqStatus { waiting, running, finished };
+enum class FinishReason { none, stop, length, eos, abort };
+const char* finish_reason_name(FinishReason r);
+
+// Shared by the n samples of one request: the first admitted sample prefills the
+// prompt; its siblings wait until that prefill has been scheduled in full and then
+// take the prompt's full blocks from the prefix cache.
+struct SeqGroup {
+  int n_admitted = 0;         // samples admitted at least once
+  bool prompt_scheduled = false;  // some sample's scheduled range has covered the whole prompt
+};
+
+struct Sequence {
+  int64_t seq_id = 0;
+  int64_t request_id = 0;
+  int sample_index = 0;                 // j in [0, n)
+  std::vector<int32_t> tokens;          // prompt, then completion
+  int n_prompt = 0;
+  int max_total = 0;                    // finish with reason length when tokens reach this
+  int n_computed = 0;                   // leading tokens whose K/V are in the cache
+  SeqStatus status = SeqStatus::waiting;
+  FinishReason finish = FinishReason::none;
+  BlockTable table;
+  std::shared_ptr<SeqGroup> group;      // may be null (scheduler tests)
+
+  // Scheduling record.
+  int prefix_hit_tokens = 0;            // cached tokens at the first admission
+  int n_preemptions = 0;
+  int peak_blocks = 0;                  // most blocks held at once
+  bool admitted_once = false;
+
+  // Engine record (unused by the scheduler).
+  SamplingParams params;
+  uint64_t rng_key = 0;
+  std::vector<float> logprobs_raw, logprobs_processed;  // per completion token
+  std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;
+  std::string text;                     // detokenized completion (stop strings cut)
+  size_t text_checked = 0;              // bytes of text already scanned for stop strings
+  double t_arrival = 0, t_first_scheduled = -1, t_first_token = -1, t_finished = -1;
+
+  int n_total() const { return int(tokens.size()); }
+  int n_completion() const { return int(tokens.size()) - n_prompt; }
+  bool finished() const { return status == SeqStatus::finished; }
+};
+
+}  // namespace grpo

@@ -1,0 +1,290 @@
+// Reward functions and composition. Definitions and defaults in rewards.h.
+#include "env/rewards.h"
+
+#include <cmath>
+
+#include "env/gsm8k.h"
+
+namespace grpo {
+
+namespace {
+
+using json = nlohmann::json;
+constexpr std::string_view kTags[] = {"<think>", "</think>", "<answer>", "</answer>"};
+
+bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+size_t skip_ws(std::string_view s, size_t i) {
+  while (i < s.size() && is_ws(s[i])) ++i;
+  return i;
+}
+
+bool has_any_tag(std::string_view s) {
+  for (auto t : kTags)
+    if (s.find(t) != std::string_view::npos) return true;
+  return false;
+}
+
+size_t count_of(std::string_view s, std::string_view t) {
+  size_t n = 0;
+  for (size_t p = s.find(t); p != std::string_view::npos; p = s.find(t, p + t.size())) ++n;
+  return n;
+}
+
+// Completion text with "<think>" prepended when the prompt already opened it.
+std::string with_think(std::string_view c, bool think_in_prompt) {
+  return think_in_prompt ? "<think>" + std::string(c) : std::string(c);
+}
+
+double length_of(std::string_view completion, const Telemetry& tel, bool tokens) {
+  return tokens ? static_cast<double>(tel.n_tokens) : static_cast<double>(completion.size());
+}
+
+class CorrectReward : public RewardFunction {
+ public:
+  CorrectReward(std::string n, double w) : RewardFunction(std::move(n), w) {}
+  float compute(std::string_view, std::string_view c, const Example& ex, const Telemetry&) const override {
+    return gsm8k_is_correct(c, ex.answer) ? 1.0f : 0.0f;
+  }
+};
+
+class FormatReward : public RewardFunction {
+ public:
+  FormatReward(std::string n, double w, bool strict, bool tip)
+      : RewardFunction(std::move(n), w), strict_(strict), think_in_prompt_(tip) {}
+  float compute(std::string_view, std::string_view c, const Example&, const Telemetry&) const override {
+    return strict_ ? (format_strict_match(c, think_in_prompt_) ? 1.0f : 0.0f)
+                   : format_soft_score(c, think_in_prompt_);
+  }
+
+ private:
+  bool strict_, think_in_prompt_;
+};
+
+class LengthLinearReward : public RewardFunction {
+ public:
+  LengthLinearReward(std::string n, double w, const json& p)
+      : RewardFunction(std::move(n), w), target_(p["target"]), scale_(p["scale"]),
+        max_penalty_(p["max_penalty"]), tokens_(p["unit"] == "tokens") {}
+  float compute(std::string_view, std::string_view c, const Example&, const Telemetry& t) const override {
+    double over = length_of(c, t, tokens_) - target_;
+    return over <= 0 ? 0.0f : static_cast<float>(-std::min(max_penalty_, over / scale_));
+  }
+
+ private:
+  double target_, scale_, max_penalty_;
+  bool tokens_;
+};
+
+class OverlongReward : public RewardFunction {
+ public:
+  OverlongReward(std::string n, double w, const json& p)
+      : RewardFunction(std::move(n), w), max_len_(p["max_len"]), cache_len_(p["cache_len"]), tokens_(p["unit"] == "tokens") {}
+  float compute(std::string_view, std::string_view c, const Example&, const Telemetry& t) const override {
+    double len = length_of(c, t, tokens_), free_len = max_len_ - cache_len_;
+    if (len <= free_len) return 0.0f;
+    if (len > max_len_) return -1.0f;
+    return static_cast<float>((free_len - len) / cache_len_);
+  }
+
+ private:
+  double max_len_, cache_len_;
+  bool tokens_;
+};
+
+class InferenceAwareReward : public RewardFunction {
+ public:
+  InferenceAwareReward(std::string n, double w, const json& p)
+      : RewardFunction(std::move(n), w), a_(p["alpha_latency"]), b_(p["beta_tokens"]), g_(p["gamma_kv_mb"]),
+        d_(p["delta_accept"]), e_(p["epsilon_reuse"]) {}
+  float compute(std::string_view, std::string_view c, const Example& ex, const Telemetry& t) const override {
+    double task = gsm8k_is_correct(c, ex.answer) ? 1.0 : 0.0;
+    double kv_mib = static_cast<double>(t.kv_peak_bytes) / (1024.0 * 1024.0);
+    double reuse = t.prompt_tokens > 0 ? static_cast<double>(t.prefix_hit_tokens) / static_cast<double>(t.prompt_tokens) : 0.0;
+    return static_cast<float>(task - a_ * t.latency_s - b_ * static_cast<double>(t.n_tokens) - g_ * kv_mib +
+                              d_ * t.spec_accept_rate + e_ * reuse);
+  }
+
+ private:
+  double a_, b_, g_, d_, e_;
+};
+
+bool type_ok(const json& v, RewardParamType t) {
+  switch (t) {
+    case RewardParamType::number: return v.is_number();
+    case RewardParamType::integer: return v.is_number_integer();
+    case RewardParamType::boolean: return v.is_boolean();
+    case RewardParamType::string: return v.is_string();
+  }
+  return false;
+}
+
+const char* type_name(RewardParamType t) {
+  switch (t) {
+    case RewardParamType::number: return "a number";
+    case RewardParamType::integer: return "an integer";
+    case RewardParamType::boolean: return "a boolean";
+    case RewardParamType::string: return "a string";
+  }
+  return "?";
+}
+
+// Checks the value ranges of a function whose params are complete and typed.
+Status check_ranges(const std::string& fn, const json& p) {
+  auto bad = [&](const char* key, const std::string& why) {
+    return error_status("reward '" + fn + "': " + key + " = " + p[key].dump() + ": " + why);
+  };
+  if (p.contains("unit") && p["unit"] != "tokens" && p["unit"] != "chars") return bad("unit", "must be \"tokens\" or \"chars\"");
+  if (fn == "length_linear") {
+    if (p["target"].get<double>() < 0) return bad("target", "must be >= 0");
+    if (p["scale"].get<double>() <= 0) return bad("scale", "must be > 0");
+    if (p["max_penalty"].get<double>() < 0) return bad("max_penalty", "must be >= 0");
+  }
+  if (fn == "length_overlong") {
+    if (p["max_len"].get<int64_t>() <= 0) return bad("max_len", "must be > 0");
+    if (p["cache_len"].get<int64_t>() <= 0 || p["cache_len"].get<int64_t>() > p["max_len"].get<int64_t>())
+      return bad("cache_len", "must be in 1..max_len");
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+const std::vector<RewardInfo>& reward_catalog() {
+  using T = RewardParamType;
+  static const std::vector<RewardInfo> cat = {
+      {"correct", {}},
+      {"format_strict", {{"think_in_prompt", T::boolean, false}}},
+      {"format_soft", {{"think_in_prompt", T::boolean, false}}},
+      {"length_linear", {{"target", T::number, 256}, {"scale", T::number, 256}, {"max_penalty", T::number, 1.0}, {"unit", T::string, "tokens"}}},
+      {"length_overlong", {{"max_len", T::integer, 1024}, {"cache_len", T::integer, 256}, {"unit", T::string, "tokens"}}},
+      {"inference_aware", {{"alpha_latency", T::number, 0.01}, {"beta_tokens", T::number, 0.0}, {"gamma_kv_mb", T::number, 0.0},
+                           {"delta_accept", T::number, 0.0}, {"epsilon_reuse", T::number, 0.0}}},
+  };
+  return cat;
+}
+
+const RewardInfo* reward_find(const std::string& name) {
+  const std::string n = name == "gsm8k_correct" ? "correct" : name;
+  for (const auto& r : reward_catalog())
+    if (r.name == n) return &r;
+  return nullptr;
+}
+
+Result<std::unique_ptr<RewardFunction>> reward_make(const RewardSpec& spec) {
+  const RewardInfo* info = reward_find(spec.name);
+  if (!info) {
+    std::string names;
+    for (const auto& r : reward_catalog()) names += (names.empty() ? "" : ", ") + r.name;
+    return error_status("unknown reward function '" + spec.name + "'; valid: " + names + ", gsm8k_correct");
+  }
+  if (!std::isfinite(spec.weight)) return error_status("reward '" + spec.name + "': weight must be finite");
+  if (!spec.params.is_object()) return error_status("reward '" + spec.name + "': params must be a table");
+  json p = json::object();
+  for (const auto& pi : info->params) p[pi.name] = pi.default_value;
+  for (auto it = spec.params.begin(); it != spec.params.end(); ++it) {
+    const RewardParamInfo* pi = nullptr;
+    for (const auto& x : info->params)
+      if (x.name == it.key()) pi = &x;
+    if (!pi) {
+      std::string valid;
+      for (const auto& x : info->params) valid += (valid.empty() ? "" : ", ") + x.name;
+      return error_status("reward '" + spec.name + "': unknown parameter '" + it.key() + "'; valid: " +
+                          (valid.empty() ? "(none besides name, weight)" : valid));
+    }
+    if (!type_ok(it.value(), pi->type))
+      return error_status("reward '" + spec.name + "': " + it.key() + " = " + it.value().dump() + ": expected " + type_name(pi->type));
+    p[it.key()] = it.value();
+  }
+  GRPO_TRY(check_ranges(info->name, p));
+  const std::string& n = info->name;
+  std::unique_ptr<RewardFunction> fn;
+  if (n == "correct") fn = std::make_unique<CorrectReward>(n, spec.weight);
+  else if (n == "format_strict") fn = std::make_unique<FormatReward>(n, spec.weight, true, p["think_in_prompt"].get<bool>());
+  else if (n == "format_soft") fn = std::make_unique<FormatReward>(n, spec.weight, false, p["think_in_prompt"].get<bool>());
+  else if (n == "length_linear") fn = std::make_unique<LengthLinearReward>(n, spec.weight, p);
+  else if (n == "length_overlong") fn = std::make_unique<OverlongReward>(n, spec.weight, p);
+  else fn = std::make_unique<InferenceAwareReward>(n, spec.weight, p);
+  return fn;
+}
+
+bool format_strict_match(std::string_view completion, bool think_in_prompt) {
+  std::string s = with_think(completion, think_in_prompt);
+  std::string_view v(s);
+  size_t i = skip_ws(v, 0);
+  if (v.substr(i, 7) != "<think>") return false;
+  size_t t_end = v.find("</think>", i + 7);
+  if (t_end == std::string_view::npos || has_any_tag(v.substr(i + 7, t_end - i - 7))) return false;
+  size_t a = skip_ws(v, t_end + 8);
+  if (v.substr(a, 8) != "<answer>") return false;
+  size_t a_end = v.find("</answer>", a + 8);
+  if (a_end == std::string_view::npos) return false;
+  std::string_view ans = v.substr(a + 8, a_end - a - 8);
+  if (has_any_tag(ans) || skip_ws(ans, 0) == ans.size()) return false;
+  return skip_ws(v, a_end + 9) == v.size();
+}
+
+float format_soft_score(std::string_view completion, bool think_in_prompt) {
+  std::string s = with_think(completion, think_in_prompt);
+  std::string_view v(s);
+  for (size_t t = v.find("<think>"); t != std::string_view::npos; t = v.find("<think>", t + 1)) {
+    size_t te = v.find("</think>", t + 7);
+    if (te == std::string_view::npos) break;
+    size_t a = skip_ws(v, te + 8);
+    if (v.substr(a, 8) == "<answer>" && v.find("</answer>", a + 8) != std::string_view::npos) return 1.0f;
+  }
+  float score = 0;
+  for (auto tag : kTags)
+    if (count_of(v, tag) == 1) score += 0.125f;
+  return score;
+}
+
+Result<RewardComposer> RewardComposer::make(const std::vector<RewardSpec>& specs) {
+  if (specs.empty()) return error_status("no reward functions configured: add at least one [[reward]] entry");
+  RewardComposer c;
+  for (const auto& s : specs) {
+    GRPO_ASSIGN_OR_RETURN(auto fn, reward_make(s));
+    std::string label = fn->name();
+    int repeat = 1;
+    for (const auto& f : c.fns_)
+      if (f->name() == label) ++repeat;
+    if (repeat > 1) {
+      label += '_';
+      label += std::to_string(repeat);
+    }
+    c.labels_.push_back(label);
+    c.fns_.push_back(std::move(fn));
+  }
+  return c;
+}
+
+RewardValues RewardComposer::compute(std::string_view prompt, std::string_view completion, const Example& ex,
+                                     const Telemetry& tel) const {
+  RewardValues r;
+  r.values.reserve(fns_.size());
+  for (const auto& f : fns_) {
+    float v = f->compute(prompt, completion, ex, tel);
+    r.values.push_back(v);
+    r.total += f->weight() * static_cast<double>(v);
+  }
+  return r;
+}
+
+std::vector<std::pair<std::string, double>> RewardComposer::summarize(const std::vector<RewardValues>& batch) const {
+  std::vector<std::pair<std::string, double>> out;
+  if (batch.empty()) return out;
+  double n = static_cast<double>(batch.size()), mean = 0, var = 0;
+  for (const auto& r : batch) mean += r.total;
+  mean /= n;
+  for (const auto& r : batch) var += (r.total - mean) * (r.total - mean);
+  out.push_back({"reward/mean", mean});
+  out.push_back({"reward/std", std::sqrt(var / n)});
+  for (size_t i = 0; i < fns_.size(); ++i) {
+    double m = 0;
+    for (const auto& r : batch) m += r.values[i];
+    out.push_back({"rewards/" + labels_[i] + "/mean", m / n});
+  }
+  return out;
+}
+
+}  // namespace grpo

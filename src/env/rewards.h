@@ -1,0 +1,119 @@
+// Reward functions and their weighted composition.
+//
+// Each function maps (prompt, completion, example, telemetry) to a float; the
+// composer returns the weighted total AND every function's unweighted value so
+// that each can be logged on its own ("rewards/<label>/mean").
+//
+// Functions (name: params, defaults):
+//   correct (alias gsm8k_correct): 1 if the extracted final answer equals the
+//       gold answer numerically (gsm8k.h), else 0.
+//   format_strict: think_in_prompt=false. 1 iff the WHOLE completion is
+//       <think>T</think><answer>A</answer>, where whitespace (space, tab, CR,
+//       LF) is allowed only before <think>, between </think> and <answer>,
+//       and after </answer>; T and A contain none of the four tags; A is not
+//       blank (T may be). think_in_prompt=true: the prompt already ends with
+//       "<think>", so the completion starts inside the think block.
+//   format_soft: think_in_prompt=false. 1 if "<think>..</think>" followed
+//       (after optional whitespace) by "<answer>..</answer>" occurs anywhere;
+//       else 0.125 for each of the four tags that occurs exactly once (<= 0.5).
+//   length_linear: target=256, scale=256, max_penalty=1, unit="tokens".
+//       -min(max_penalty, (n - target) / scale) for n > target, else 0.
+//   length_overlong (DAPO soft overlong punishment): max_len=1024,
+//       cache_len=256, unit="tokens". With L_max=max_len, L_c=cache_len:
+//       0 for n <= L_max - L_c; ((L_max - L_c) - n) / L_c up to n = L_max
+//       (linear from 0 to -1); -1 beyond L_max.
+//   inference_aware: alpha_latency=0.01, beta_tokens=0, gamma_kv_mb=0,
+//       delta_accept=0, epsilon_reuse=0.
+//       task - alpha*latency_s - beta*n_tokens - gamma*KV_MiB
+//            + delta*spec_accept_rate + epsilon*(prefix_hit_tokens/prompt_tokens),
+//       task = correct (0/1), KV_MiB = kv_peak_bytes / 2^20, the reuse ratio is 0
+//       when prompt_tokens is 0.
+// "unit" is "tokens" (Telemetry::n_tokens, which the caller must fill) or
+// "chars" (bytes of the completion text).
+#pragma once
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+#include "env/dataset.h"
+#include "env/telemetry.h"
+
+namespace grpo {
+
+enum class RewardParamType { number, integer, boolean, string };
+
+struct RewardParamInfo {
+  std::string name;
+  RewardParamType type;
+  nlohmann::json default_value;
+};
+
+struct RewardInfo {
+  std::string name;
+  std::vector<RewardParamInfo> params;
+};
+
+// All known functions with their parameters (for config validation and help).
+const std::vector<RewardInfo>& reward_catalog();
+// nullptr if unknown; resolves the alias gsm8k_correct -> correct.
+const RewardInfo* reward_find(const std::string& name);
+
+struct RewardSpec {
+  std::string name;
+  double weight = 1.0;
+  nlohmann::json params = nlohmann::json::object();  // only keys listed in the catalog
+};
+
+class RewardFunction {
+ public:
+  virtual ~RewardFunction() = default;
+  const std::string& name() const { return name_; }
+  double weight() const { return weight_; }
+  virtual float compute(std::string_view prompt, std::string_view completion, const Example& ex,
+                        const Telemetry& tel) const = 0;
+
+ protected:
+  RewardFunction(std::string name, double weight) : name_(std::move(name)), weight_(weight) {}
+
+ private:
+  std::string name_;
+  double weight_;
+};
+
+// Builds a function; errors name the function and the bad parameter
+// (unknown parameter, wrong type, out-of-range value).
+Result<std::unique_ptr<RewardFunction>> reward_make(const RewardSpec& spec);
+
+struct RewardValues {
+  double total = 0;           // sum_i weight_i * values[i]
+  std::vector<float> values;  // unweighted, in composer order
+};
+
+class RewardComposer {
+ public:
+  static Result<RewardComposer> make(const std::vector<RewardSpec>& specs);
+  size_t size() const { return fns_.size(); }
+  // Logging label of function i: its name, or "name_2", "name_3" for repeats.
+  const std::string& label(size_t i) const { return labels_[i]; }
+  const RewardFunction& function(size_t i) const { return *fns_[i]; }
+  RewardValues compute(std::string_view prompt, std::string_view completion, const Example& ex,
+                       const Telemetry& tel) const;
+  // Batch summary: "reward/mean", "reward/std" (population) of totals, and
+  // "rewards/<label>/mean" for each function. Empty batch: empty list.
+  std::vector<std::pair<std::string, double>> summarize(const std::vector<RewardValues>& batch) const;
+
+ private:
+  std::vector<std::unique_ptr<RewardFunction>> fns_;
+  std::vector<std::string> labels_;
+};
+
+// Format checks used by the format rewards (exposed for tests).
+bool format_strict_match(std::string_view completion, bool think_in_prompt);
+float format_soft_score(std::string_view completion, bool think_in_prompt);
+
+}  // namespace grpo

@@ -1,0 +1,41 @@
+// CPU rotary embedding, rotate_half convention: for i < D/2 the pair is
+// (x[i], x[i+D/2]) rotated by θ = angle(pos, i):
+//   x[i]' = x[i]·cos − x[i+D/2]·sin,  x[i+D/2]' = x[i+D/2]·cos + x[i]·sin.
+// The backward is the transpose of that rotation, i.e. the rotation by −θ.
+#include "kernels/rope.h"
+
+namespace grpo::cpu {
+
+namespace {
+void rope_rotate(Context& ctx, Tensor& x, const Tensor& positions, const Tensor& cos, const Tensor& sin, float sign) {
+  const int64_t T = x.shape[0], H = x.shape[1], D = x.shape[2], half = D / 2;
+  const int32_t* P = positions.ptr<int32_t>();
+  const float* CO = cos.ptr<float>();
+  const float* SI = sin.ptr<float>();
+  float* X = x.ptr<float>();
+  ctx.parallel_for(T, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* c = CO + int64_t(P[t]) * half;
+      const float* s = SI + int64_t(P[t]) * half;
+      for (int64_t h = 0; h < H; ++h) {
+        float* v = X + (t * H + h) * D;
+        for (int64_t i = 0; i < half; ++i) {
+          const float a = v[i], b = v[i + half], si = sign * s[i];
+          v[i] = a * c[i] - b * si;
+          v[i + half] = b * c[i] + a * si;
+        }
+      }
+    }
+  }, 8);
+}
+}  // namespace
+
+void rope_forward(Context& ctx, Tensor& x, const Tensor& positions, const Tensor& cos, const Tensor& sin) {
+  rope_rotate(ctx, x, positions, cos, sin, 1.f);
+}
+
+void rope_backward(Context& ctx, Tensor& dx, const Tensor& positions, const Tensor& cos, const Tensor& sin) {
+  rope_rotate(ctx, dx, positions, cos, sin, -1.f);
+}
+
+}  // namespace grpo::cpu

@@ -1,0 +1,204 @@
+// Private helpers of the CUDA backend (included by src/kernels/cuda/*.cu only):
+// error checks, ceil_div, the stream of a context, f32 <-> storage conversions,
+// 16-byte vector loads, warp reductions, the dtype dispatch macro and the
+// scratch carve-up of ctx.workspace().
+//
+// Workspace contract: ctx.workspace() is split once per op call into
+//   [0, lt_bytes)            cuBLASLt workspace (min(32 MiB, total/2))
+//   [lt_bytes, total)        kernel scratch, handed out by ScratchAlloc
+// Ops on one stream run in order, so every op may reuse the whole scratch.
+#pragma once
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+
+#include "core/check.h"
+#include "core/context.h"
+
+#define CUDA_CHECK(expr)                                                                        \
+  do {                                                                                          \
+    cudaError_t grpo_cuda_err_ = (expr);                                                        \
+    if (grpo_cuda_err_ != cudaSuccess) {                                                        \
+      std::fprintf(stderr, "CUDA error %s (%s) in %s\n", cudaGetErrorName(grpo_cuda_err_),      \
+                   cudaGetErrorString(grpo_cuda_err_), #expr);                                  \
+      ::grpo::check_failed(#expr, __FILE__, __LINE__, cudaGetErrorString(grpo_cuda_err_));      \
+    }                                                                                           \
+  } while (0)
+
+#define CUBLAS_CHECK(expr)                                                                      \
+  do {                                                                                          \
+    cublasStatus_t grpo_blas_st_ = (expr);                                                      \
+    if (grpo_blas_st_ != CUBLAS_STATUS_SUCCESS) {                                               \
+      std::fprintf(stderr, "cuBLAS status %d in %s\n", int(grpo_blas_st_), #expr);             \
+      ::grpo::check_failed(#expr, __FILE__, __LINE__, "cuBLAS call failed");                    \
+    }                                                                                           \
+  } while (0)
+
+// After every kernel launch: catches bad configurations (grid, shared memory).
+#define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
+
+// Dispatch on a float storage dtype: binds the alias T to float or __nv_bfloat16.
+#define GRPO_DISPATCH_FLOAT(dt, T, ...)                                          \
+  do {                                                                           \
+    switch (dt) {                                                                \
+      case ::grpo::DType::f32: { using T = float; __VA_ARGS__; } break;          \
+      case ::grpo::DType::bf16: { using T = __nv_bfloat16; __VA_ARGS__; } break; \
+      default: GRPO_CHECK_MSG(false, "CUDA op: tensor dtype must be f32 or bf16"); \
+    }                                                                            \
+  } while (0)
+
+namespace grpo::cuda {
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline cudaStream_t stream_of(const Context& ctx) { return static_cast<cudaStream_t>(ctx.stream()); }
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// Grid dimension for a flat elementwise loop (grid-stride loops cover the rest).
+inline unsigned flat_grid(int64_t n, int threads) {
+  int64_t b = ceil_div(n, threads);
+  if (b > 65536) b = 65536;
+  return unsigned(b < 1 ? 1 : b);
+}
+
+// ---- storage <-> f32 ----
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
+template <class T> __device__ __forceinline__ T from_f32(float x);
+template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
+
+// Elements per 16-byte vector.
+template <class T> struct Vec16 { static constexpr int n = 16 / int(sizeof(T)); };
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+
+// Loads 16 bytes at p (16-byte aligned) as f32.
+__device__ __forceinline__ void load_vec(const float* p, float* f) {
+  float4 v = *reinterpret_cast<const float4*>(p);
+  f[0] = v.x; f[1] = v.y; f[2] = v.z; f[3] = v.w;
+}
+__device__ __forceinline__ void load_vec(const __nv_bfloat16* p, float* f) {
+  uint4 v = *reinterpret_cast<const uint4*>(p);
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+// Stores 16 bytes of f32 values (rounded to the storage type) at p (16-byte aligned).
+__device__ __forceinline__ void store_vec(float* p, const float* f) {
+  *reinterpret_cast<float4*>(p) = make_float4(f[0], f[1], f[2], f[3]);
+}
+__device__ __forceinline__ void store_vec(__nv_bfloat16* p, const float* f) {
+  uint4 v;
+  v.x = pack_bf16x2(f[0], f[1]);
+  v.y = pack_bf16x2(f[2], f[3]);
+  v.z = pack_bf16x2(f[4], f[5]);
+  v.w = pack_bf16x2(f[6], f[7]);
+  *reinterpret_cast<uint4*>(p) = v;
+}
+
+// Butterfly reductions: every lane gets the result; fixed order, so deterministic.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Block-wide sum for blockDim.x a multiple of 32 (<= 1024); every thread gets the
+// result. `sh` holds 32 floats. Contains __syncthreads: call from all threads.
+__device__ __forceinline__ float block_sum(float v, float* sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // sh may still be read by a previous call
+  if (lane == 0) sh[warp] = v;
+  __syncthreads();
+  float r = lane < nw ? sh[lane] : 0.f;
+  return warp_sum(r);
+}
+__device__ __forceinline__ float block_max(float v, float* sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) sh[warp] = v;
+  __syncthreads();
+  float r = lane < nw ? sh[lane] : -INFINITY;
+  return warp_max(r);
+}
+
+// ---- workspace ----
+struct Workspace {
+  void* lt = nullptr;
+  size_t lt_bytes = 0;
+  char* scratch = nullptr;
+  size_t scratch_bytes = 0;
+};
+inline Workspace workspace_of(Context& ctx) {
+  Tensor& ws = ctx.workspace();
+  Workspace w;
+  const size_t total = ws.nbytes();
+  size_t lt = total / 2;
+  if (lt > (size_t(32) << 20)) lt = size_t(32) << 20;
+  lt &= ~size_t(255);
+  w.lt = ws.data;
+  w.lt_bytes = lt;
+  w.scratch = static_cast<char*>(ws.data) + lt;
+  w.scratch_bytes = total - lt;
+  return w;
+}
+
+// Bump allocator over the scratch part of the workspace (256-byte aligned pieces).
+class ScratchAlloc {
+ public:
+  explicit ScratchAlloc(Context& ctx) : w_(workspace_of(ctx)) {}
+  size_t left() const { return w_.scratch_bytes - used_; }
+  template <class T>
+  T* alloc(int64_t n, const char* what) {
+    size_t bytes = (size_t(n) * sizeof(T) + 255) & ~size_t(255);
+    if (bytes > left()) {
+      std::fprintf(stderr, "grpo cuda: %s needs %zu bytes of scratch, %zu left; raise ContextOptions::workspace_bytes\n",
+                   what, bytes, left());
+      GRPO_CHECK_MSG(false, "CUDA workspace too small (see message above)");
+    }
+    T* p = reinterpret_cast<T*>(w_.scratch + used_);
+    used_ += bytes;
+    return p;
+  }
+
+ private:
+  Workspace w_;
+  size_t used_ = 0;
+};
+
+// ---- GEMM (linear.cu) ----
+// Row-major D (m,n) = alpha · op(A) · op(B) + beta · D [+ bias (n), same dtype as D].
+// A is stored (m,k) with row stride lda, or (k,m) when trans_a; B is stored (k,n) with
+// row stride ldb, or (n,k) when trans_b. A and B share dtype ab (f32 or bf16); D is f32
+// or bf16. f32 inputs use CUBLAS_COMPUTE_32F (no TF32); bf16 accumulate in f32.
+// In deterministic mode only algorithms without split-K are used.
+void gemm(Context& ctx, void* D, DType dt_d, int64_t ldd, const void* A, int64_t lda, bool trans_a,
+          const void* B, int64_t ldb, bool trans_b, DType dt_ab, int64_t m, int64_t n, int64_t k, float alpha,
+          float beta, const void* bias = nullptr);
+
+// ---- deterministic scatter-add of rows (embedding.cu) ----
+// dst (Vrows, C) (f32 or bf16) row idx[t] += src (T, C) row t, for t in increasing
+// order within each destination row; no atomics. Uses the scratch.
+void scatter_add_rows(Context& ctx, void* dst, DType dt_dst, int64_t n_dst_rows, const void* src, DType dt_src,
+                      const int32_t* idx, int64_t T, int64_t C);
+
+}  // namespace grpo::cuda

@@ -1,0 +1,187 @@
+// CUDA token logprobs fused with the LM head, in vocabulary chunks (no (N,V) tensor):
+//   z = (h·wᵀ)·(1/temperature) per (row tile × kVocab chunk) by cuBLASLt into an f32
+//   scratch tile (alpha = 1/temperature, as the CPU reference), then one block per row
+//   folds the chunk into a running (max m, Σ e^(z−m), Σ e^(z−m)·z, z[target]) state,
+//   chunks in vocabulary order. lse = m + log s, logp = z_t − lse, entropy = lse − sz/s.
+// Backward recomputes each tile, writes da = dlogp·([j = t] − e^(z − lse))/temperature in
+// the operand dtype, and runs two GEMMs: dh (f32 accumulator) += da·w_chunk and
+// dw_chunk += daᵀ·h_tile. Chunk boundaries are fixed (kVocab), so a row's result does not
+// depend on which other rows are in the batch, apart from the GEMM itself.
+// Targets outside [0, V) contribute no z_t (logp = −lse), as on the CPU.
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/logprob.h"
+
+namespace grpo::cuda {
+
+namespace {
+
+constexpr int64_t kVocab = 4096;  // vocabulary entries per GEMM tile
+constexpr int64_t kMaxRows = 4096;
+constexpr int kThreads = 256;
+
+struct RowState {
+  float m, s, sz, zt;
+};
+
+// z (R, nv) f32 -> state[r0 + r] updated. One block per row.
+__global__ void __launch_bounds__(kThreads) chunk_stats_kernel(RowState* __restrict__ st, const float* __restrict__ z,
+                                                               const int32_t* __restrict__ tgt, int64_t r0,
+                                                               int64_t v0, int64_t nv, bool first) {
+  __shared__ float sh[32];
+  const int64_t r = blockIdx.x, i = r0 + r;
+  const float* zr = z + r * nv;
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < nv; j += kThreads) mx = fmaxf(mx, zr[j]);
+  mx = block_max(mx, sh);
+  float s = 0.f, sz = 0.f;
+  for (int64_t j = threadIdx.x; j < nv; j += kThreads) {
+    const float e = expf(zr[j] - mx);
+    s += e;
+    sz += e * zr[j];
+  }
+  s = block_sum(s, sh);
+  sz = block_sum(sz, sh);
+  if (threadIdx.x == 0) {
+    RowState cur = first ? RowState{-INFINITY, 0.f, 0.f, 0.f} : st[i];
+    const int64_t t = tgt[i];
+    if (t >= v0 && t < v0 + nv) cur.zt = zr[t - v0];
+    const float M = fmaxf(cur.m, mx);
+    const float a = cur.m == -INFINITY ? 0.f : expf(cur.m - M);
+    const float b = expf(mx - M);
+    cur.s = cur.s * a + s * b;
+    cur.sz = cur.sz * a + sz * b;
+    cur.m = M;
+    st[i] = cur;
+  }
+}
+
+__global__ void finalize_kernel(float* __restrict__ logp, float* __restrict__ lse, float* __restrict__ ent,
+                                const RowState* __restrict__ st, int64_t N) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= N) return;
+  const RowState s = st[i];
+  const float l = s.m + logf(s.s);
+  lse[i] = l;
+  logp[i] = s.zt - l;
+  if (ent) ent[i] = l - s.sz / s.s;
+}
+
+// da (R, nv) = dlogp·(onehot − exp(z − lse))·inv_temp, in the operand dtype.
+template <class T>
+__global__ void chunk_grad_kernel(T* __restrict__ da, const float* __restrict__ z, const float* __restrict__ dlogp,
+                                  const int32_t* __restrict__ tgt, const float* __restrict__ lse, int64_t r0,
+                                  int64_t v0, int64_t nv, float inv_temp) {
+  const int64_t r = blockIdx.x, i = r0 + r;
+  const float g = dlogp[i], l = lse[i];
+  const int64_t t = tgt[i];
+  for (int64_t j = threadIdx.x; j < nv; j += blockDim.x) {
+    const float p = expf(z[r * nv + j] - l);
+    const float onehot = (v0 + j == t) ? 1.f : 0.f;
+    da[r * nv + j] = from_f32<T>(g * (onehot - p) * inv_temp);
+  }
+}
+
+template <class T>
+__global__ void store_rows_kernel(T* __restrict__ dst, const float* __restrict__ src, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = from_f32<T>(src[i]);
+}
+
+void check_args(const Tensor& h, const Tensor& w, const Tensor& targets, float temperature, const char* what) {
+  GRPO_CHECK_MSG(h.ndim == 2 && w.ndim == 2 && h.shape[1] == w.shape[1], what);
+  GRPO_CHECK_MSG(h.dtype == w.dtype && (h.dtype == DType::f32 || h.dtype == DType::bf16), what);
+  GRPO_CHECK_MSG(targets.dtype == DType::i32 && targets.numel() == h.shape[0], what);
+  GRPO_CHECK_MSG(temperature > 0.f, "token_logprobs: temperature must be positive");
+}
+
+}  // namespace
+
+void token_logprobs_forward(Context& ctx, Tensor& logp, Tensor& lse, Tensor* entropy, const Tensor& h,
+                            const Tensor& w, const Tensor& targets, float temperature) {
+  check_args(h, w, targets, temperature, "token_logprobs_forward: h (N,C), w (V,C) same dtype, targets (N) i32");
+  const int64_t N = h.shape[0], C = h.shape[1], V = w.shape[0];
+  GRPO_CHECK_MSG(logp.numel() == N && lse.numel() == N && logp.dtype == DType::f32 && lse.dtype == DType::f32,
+                 "token_logprobs_forward: logp, lse must be (N) f32");
+  if (entropy) GRPO_CHECK_MSG(entropy->numel() == N && entropy->dtype == DType::f32, "token_logprobs_forward: entropy (N) f32");
+  if (N == 0) return;
+  GRPO_CHECK_MSG(V > 0, "token_logprobs_forward: empty vocabulary");
+  const float inv_temp = 1.f / temperature;
+  ScratchAlloc sa(ctx);
+  RowState* st = sa.alloc<RowState>(N, "token_logprobs state");
+  const int64_t vc = V < kVocab ? V : kVocab;
+  int64_t R = int64_t(sa.left()) / (vc * 4 + 64);
+  if (R > kMaxRows) R = kMaxRows;
+  if (R > N) R = N;
+  GRPO_CHECK_MSG(R >= 1, "token_logprobs_forward: workspace too small for one row");
+  float* z = sa.alloc<float>(R * vc, "token_logprobs logits tile");
+  cudaStream_t s = stream_of(ctx);
+  const size_t es = dtype_size(h.dtype);
+  for (int64_t r0 = 0; r0 < N; r0 += R) {
+    const int64_t nr = N - r0 < R ? N - r0 : R;
+    for (int64_t v0 = 0; v0 < V; v0 += kVocab) {
+      const int64_t nv = V - v0 < kVocab ? V - v0 : kVocab;
+      // z (nr, nv) = h[r0:] (nr, C) · w[v0:]ᵀ · inv_temp
+      gemm(ctx, z, DType::f32, nv, static_cast<const char*>(h.data) + size_t(r0 * C) * es, C, false,
+           static_cast<const char*>(w.data) + size_t(v0 * C) * es, C, true, h.dtype, nr, nv, C, inv_temp, 0.f);
+      chunk_stats_kernel<<<unsigned(nr), kThreads, 0, s>>>(st, z, targets.ptr<int32_t>(), r0, v0, nv, v0 == 0);
+      CUDA_CHECK_LAUNCH();
+    }
+  }
+  finalize_kernel<<<unsigned(ceil_div(N, 256)), 256, 0, s>>>(logp.ptr<float>(), lse.ptr<float>(),
+                                                              entropy ? entropy->ptr<float>() : nullptr, st, N);
+  CUDA_CHECK_LAUNCH();
+}
+
+void token_logprobs_backward(Context& ctx, Tensor& dh, Tensor* dw, const Tensor& dlogp, const Tensor& h,
+                             const Tensor& w, const Tensor& targets, const Tensor& lse, float temperature) {
+  check_args(h, w, targets, temperature, "token_logprobs_backward: h (N,C), w (V,C) same dtype, targets (N) i32");
+  const int64_t N = h.shape[0], C = h.shape[1], V = w.shape[0];
+  GRPO_CHECK_MSG(dh.numel() == N * C && (dh.dtype == DType::f32 || dh.dtype == h.dtype), "token_logprobs_backward: dh (N,C)");
+  GRPO_CHECK_MSG(dlogp.numel() == N && dlogp.dtype == DType::f32 && lse.numel() == N && lse.dtype == DType::f32,
+                 "token_logprobs_backward: dlogp, lse must be (N) f32");
+  if (dw) GRPO_CHECK_MSG(dw->numel() == V * C && dw->dtype == DType::f32, "token_logprobs_backward: dw (V,C) f32");
+  if (N == 0) return;
+  const float inv_temp = 1.f / temperature;
+  const DType dt = h.dtype;
+  const size_t es = dtype_size(dt);
+  const bool direct = dh.dtype == DType::f32;  // accumulate straight into dh
+  ScratchAlloc sa(ctx);
+  const int64_t vc = V < kVocab ? V : kVocab;
+  int64_t R = int64_t(sa.left()) / (vc * int64_t(4 + es) + (direct ? 0 : C * 4) + 1024);
+  if (R > kMaxRows) R = kMaxRows;
+  if (R > N) R = N;
+  GRPO_CHECK_MSG(R >= 1, "token_logprobs_backward: workspace too small for one row");
+  float* z = sa.alloc<float>(R * vc, "token_logprobs logits tile");
+  void* da = sa.alloc<char>(R * vc * int64_t(es), "token_logprobs grad tile");
+  float* dh_acc = direct ? nullptr : sa.alloc<float>(R * C, "token_logprobs dh accumulator");
+  cudaStream_t s = stream_of(ctx);
+  for (int64_t r0 = 0; r0 < N; r0 += R) {
+    const int64_t nr = N - r0 < R ? N - r0 : R;
+    const void* h_tile = static_cast<const char*>(h.data) + size_t(r0 * C) * es;
+    float* acc = direct ? dh.ptr<float>() + r0 * C : dh_acc;
+    for (int64_t v0 = 0; v0 < V; v0 += kVocab) {
+      const int64_t nv = V - v0 < kVocab ? V - v0 : kVocab;
+      const void* w_chunk = static_cast<const char*>(w.data) + size_t(v0 * C) * es;
+      gemm(ctx, z, DType::f32, nv, h_tile, C, false, w_chunk, C, true, dt, nr, nv, C, inv_temp, 0.f);
+      GRPO_DISPATCH_FLOAT(dt, T, {
+        chunk_grad_kernel<T><<<unsigned(nr), kThreads, 0, s>>>(static_cast<T*>(da), z, dlogp.ptr<float>(),
+                                                               targets.ptr<int32_t>(), lse.ptr<float>(), r0, v0, nv,
+                                                               inv_temp);
+      });
+      CUDA_CHECK_LAUNCH();
+      // acc (nr, C) (+)= da (nr, nv) · w_chunk (nv, C)
+      gemm(ctx, acc, DType::f32, C, da, nv, false, w_chunk, C, false, dt, nr, C, nv, 1.f, v0 == 0 ? 0.f : 1.f);
+      // dw_chunk (nv, C) += daᵀ (nv, nr) · h_tile (nr, C)
+      if (dw)
+        gemm(ctx, dw->ptr<float>() + v0 * C, DType::f32, C, da, nv, true, h_tile, C, false, dt, nv, C, nr, 1.f, 1.f);
+    }
+    if (!direct) {
+      GRPO_DISPATCH_FLOAT(dh.dtype, T, {
+        store_rows_kernel<T><<<flat_grid(nr * C, 256), 256, 0, s>>>(dh.ptr<T>() + r0 * C, dh_acc, nr * C);
+      });
+      CUDA_CHECK_LAUNCH();
+    }
+  }
+}
+
+}  // namespace grpo::cuda

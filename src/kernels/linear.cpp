@@ -1,0 +1,48 @@
+// Dispatcher for dense layers: validates and calls the backend. `out` may be
+// f32 while x/w are bf16 on CUDA (the LM head writes f32 logits); otherwise
+// out has x's dtype. Weight gradients are always f32.
+#include "kernels/linear.h"
+
+#include "kernels/dispatch.h"
+#include "kernels/validate.h"
+
+namespace grpo {
+
+void linear_forward(Context& ctx, Tensor& out, const Tensor& x, const Tensor& w, const Tensor* bias, bool accumulate) {
+  GRPO_CHECK_ACT(ctx, x);
+  GRPO_CHECK_ACT(ctx, w);
+  GRPO_CHECK_ACT(ctx, out);
+  GRPO_CHECK_MSG(x.ndim == 2 && w.ndim == 2 && x.shape[1] == w.shape[1], "linear_forward: x (M,K), w (N,K)");
+  GRPO_CHECK_SHAPE2(out, x.shape[0], w.shape[0]);
+  GRPO_CHECK_MSG(w.dtype == x.dtype, "linear_forward: x and w must have the same dtype");
+  GRPO_CHECK_MSG(out.dtype == x.dtype || out.dtype == DType::f32, "linear_forward: out must be x's dtype or f32");
+  if (bias) {
+    GRPO_CHECK_ACT(ctx, *bias);
+    GRPO_CHECK_MSG(bias->dtype == w.dtype && bias->numel() == w.shape[0], "linear_forward: bias (N) of w's dtype");
+  }
+  GRPO_DISPATCH(ctx, linear_forward, ctx, out, x, w, bias, accumulate);
+}
+
+void linear_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dout, const Tensor& x,
+                     const Tensor& w, bool accumulate_dx) {
+  GRPO_CHECK_ACT(ctx, x);
+  GRPO_CHECK_ACT(ctx, w);
+  GRPO_CHECK_ACT(ctx, dout);
+  GRPO_CHECK_MSG(x.ndim == 2 && w.ndim == 2 && x.shape[1] == w.shape[1], "linear_backward: x (M,K), w (N,K)");
+  GRPO_CHECK_SHAPE2(dout, x.shape[0], w.shape[0]);
+  if (dx) {
+    GRPO_CHECK_ACT(ctx, *dx);
+    GRPO_CHECK_SHAPE2(*dx, x.shape[0], x.shape[1]);
+  }
+  if (dw) {
+    GRPO_CHECK_F32(ctx, *dw);
+    GRPO_CHECK_SHAPE2(*dw, w.shape[0], w.shape[1]);
+  }
+  if (db) {
+    GRPO_CHECK_F32(ctx, *db);
+    GRPO_CHECK_NUMEL(*db, w.shape[0]);
+  }
+  GRPO_DISPATCH(ctx, linear_backward, ctx, dx, dw, db, dout, x, w, accumulate_dx);
+}
+
+}  // namespace grpo

@@ -1,0 +1,33 @@
+// Dispatcher for rotary embeddings. Positions must lie inside the table
+// (the caller sizes the table from the model's maximum context).
+#include "kernels/rope.h"
+
+#include "kernels/dispatch.h"
+#include "kernels/validate.h"
+
+namespace grpo {
+
+namespace {
+void rope_check(Context& ctx, const Tensor& x, const Tensor& positions, const Tensor& cos, const Tensor& sin) {
+  GRPO_CHECK_ACT(ctx, x);
+  GRPO_CHECK_I32(ctx, positions);
+  GRPO_CHECK_F32(ctx, cos);
+  GRPO_CHECK_F32(ctx, sin);
+  GRPO_CHECK_MSG(x.ndim == 3 && x.shape[2] % 2 == 0, "rope: x must be (T,H,D) with even D");
+  GRPO_CHECK_NUMEL(positions, x.shape[0]);
+  GRPO_CHECK_MSG(cos.ndim == 2 && cos.shape[1] == x.shape[2] / 2, "rope: cos must be (P, D/2)");
+  GRPO_CHECK_MSG(sin.ndim == 2 && sin.shape[0] == cos.shape[0] && sin.shape[1] == cos.shape[1], "rope: sin shape");
+}
+}  // namespace
+
+void rope_forward(Context& ctx, Tensor& x, const Tensor& positions, const Tensor& cos, const Tensor& sin) {
+  rope_check(ctx, x, positions, cos, sin);
+  GRPO_DISPATCH(ctx, rope_forward, ctx, x, positions, cos, sin);
+}
+
+void rope_backward(Context& ctx, Tensor& dx, const Tensor& positions, const Tensor& cos, const Tensor& sin) {
+  rope_check(ctx, dx, positions, cos, sin);
+  GRPO_DISPATCH(ctx, rope_backward, ctx, dx, positions, cos, sin);
+}
+
+}  // namespace grpo

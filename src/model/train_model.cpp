@@ -1,0 +1,312 @@
+#include "model/train_model.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
+#include "kernels/gather.h"
+#include "kernels/linear.h"
+#include "kernels/logprob.h"
+#include "kernels/norm.h"
+#include "kernels/rope.h"
+#include "model/transformer.h"
+
+namespace grpo {
+
+namespace {
+
+// A growable buffer: get() returns a view of exactly `shape`, reallocating
+// only when the storage is too small (views taken earlier stay alive).
+struct Buf {
+  Tensor storage;
+  Tensor get(Device dev, DType dt, const std::vector<int64_t>& shape) {
+    int64_t n = 1;
+    for (auto d : shape) n *= d;
+    if (!storage.defined() || storage.dtype != dt || storage.numel() < n)
+      storage = tensor_empty(dev, dt, {std::max<int64_t>(n, 1)});
+    Tensor t = tensor_borrow(storage.data, dt, dev, shape);
+    t.owner = storage.owner;
+    return t;
+  }
+};
+
+// What one layer's backward needs. q_raw/k_raw/rstd_q/rstd_k only with qk_norm.
+struct LayerActs {
+  Tensor xn1, rstd1;            // (T,C), (T)
+  Tensor q_raw, k_raw;          // (T,Hq,D), (T,Hkv,D) before q/k norm
+  Tensor rstd_q, rstd_k;        // (T·Hq), (T·Hkv)
+  Tensor q, k, v;               // (T,Hq,D), (T,Hkv,D), (T,Hkv,D) after norm + rope
+  Tensor attn, lse;             // (T,Hq,D), (Hq,T)
+  Tensor x_mid;                 // (T,C) residual after attention
+  Tensor xn2, rstd2;            // (T,C), (T)
+  Tensor gu, act;               // (T,2F), (T,F)
+};
+
+struct LayerBufs {
+  Buf xn1, rstd1, q_raw, k_raw, rstd_q, rstd_k, q, k, v, attn, lse, x_mid, xn2, rstd2, gu, act;
+  LayerActs carve(const ModelConfig& c, Device dev, DType dt, int64_t T) {
+    const int64_t C = c.hidden_size, F = c.intermediate_size, D = c.head_dim, Hq = c.n_heads, Hk = c.n_kv_heads;
+    LayerActs a;
+    a.xn1 = xn1.get(dev, dt, {T, C});
+    a.rstd1 = rstd1.get(dev, DType::f32, {T});
+    if (c.qk_norm) {
+      a.q_raw = q_raw.get(dev, dt, {T, Hq, D});
+      a.k_raw = k_raw.get(dev, dt, {T, Hk, D});
+      a.rstd_q = rstd_q.get(dev, DType::f32, {T * Hq});
+      a.rstd_k = rstd_k.get(dev, DType::f32, {T * Hk});
+    }
+    a.q = q.get(dev, dt, {T, Hq, D});
+    a.k = k.get(dev, dt, {T, Hk, D});
+    a.v = v.get(dev, dt, {T, Hk, D});
+    a.attn = attn.get(dev, dt, {T, Hq, D});
+    a.lse = lse.get(dev, DType::f32, {Hq, T});
+    a.x_mid = x_mid.get(dev, dt, {T, C});
+    a.xn2 = xn2.get(dev, dt, {T, C});
+    a.rstd2 = rstd2.get(dev, DType::f32, {T});
+    a.gu = gu.get(dev, dt, {T, 2 * F});
+    a.act = act.get(dev, dt, {T, F});
+    return a;
+  }
+};
+
+Tensor upload_i32(Context& ctx, const std::vector<int32_t>& v) {
+  Tensor host = tensor_borrow(const_cast<int32_t*>(v.data()), DType::i32, Device::cpu, {int64_t(v.size())});
+  if (ctx.device() == Device::cpu) {
+    Tensor t = tensor_empty(Device::cpu, DType::i32, {int64_t(v.size())});
+    std::memcpy(t.data, v.data(), v.size() * sizeof(int32_t));
+    return t;
+  }
+  Tensor t = tensor_empty(ctx.device(), DType::i32, {int64_t(v.size())});
+  tensor_copy(t, host);
+  return t;
+}
+
+}  // namespace
+
+struct TrainState {
+  std::vector<Buf> resid;                // layer inputs (L+1 when kept, else 2 ping-pong)
+  std::vector<LayerBufs> layer_bufs;     // L when activations are stored, else 1 (scratch)
+  std::vector<LayerActs> acts;
+  std::vector<Tensor> x;                 // views of resid for this batch
+  Buf qkv, xf, rstd_f, h_sel, lse_sel;
+  Buf dx, dtmp, dxn, dact, dgu, dattn, dq, dk, dv, dq_raw, dk_raw, dqkv, dh_sel, dxf;
+  RopeTable rope;
+  int rope_positions = 0;
+  Tensor xf_t, rstd_f_t, h_sel_t, lse_sel_t;
+  bool kept = false;                     // the last forward kept activations
+  const void* kept_weights = nullptr;
+  int kept_tokens = 0;
+};
+
+void legacy_stream_barrier(const Tensor& t) {
+  if (t.device != Device::cuda || t.numel() == 0) return;
+  Tensor host = tensor_empty(Device::cpu, t.dtype, {1});
+  tensor_copy(host, tensor_borrow(t.data, t.dtype, t.device, {1}));
+}
+
+TrainModel::TrainModel(const TrainModelOptions& o) : opt(o), state(std::make_unique<TrainState>()) {}
+TrainModel::~TrainModel() = default;
+TrainModel::TrainModel(TrainModel&&) noexcept = default;
+TrainModel& TrainModel::operator=(TrainModel&&) noexcept = default;
+
+Result<TrainBatch> train_batch_build(Context& ctx, const std::vector<std::vector<int32_t>>& sequences,
+                                     const std::vector<int32_t>& prompt_lens, int vocab_size) {
+  if (sequences.empty()) return error_status("train batch: no sequences");
+  if (sequences.size() != prompt_lens.size())
+    return error_status("train batch: " + std::to_string(sequences.size()) + " sequences but " +
+                        std::to_string(prompt_lens.size()) + " prompt lengths");
+  TrainBatch b;
+  std::vector<int32_t> positions, rows, targets;
+  b.attn.cu_seqlens.push_back(0);
+  b.completion_offsets.push_back(0);
+  for (size_t s = 0; s < sequences.size(); ++s) {
+    const auto& seq = sequences[s];
+    const int32_t n = int32_t(seq.size()), p = prompt_lens[s];
+    if (p < 1 || p >= n)
+      return error_status("train batch: sequence " + std::to_string(s) + " has " + std::to_string(n) +
+                          " tokens and prompt length " + std::to_string(p) +
+                          " (need a prompt of >= 1 token and a completion of >= 1 token)");
+    TrainSeq ts{int32_t(b.tokens_host.size()), p, n};
+    for (int32_t i = 0; i < n; ++i) {
+      if (seq[size_t(i)] < 0 || seq[size_t(i)] >= vocab_size)
+        return error_status("train batch: sequence " + std::to_string(s) + " token " + std::to_string(i) + " = " +
+                            std::to_string(seq[size_t(i)]) + " is outside the vocabulary [0, " +
+                            std::to_string(vocab_size) + ")");
+      b.tokens_host.push_back(seq[size_t(i)]);
+      positions.push_back(i);
+      if (i >= p) {
+        rows.push_back(ts.start + i - 1);
+        targets.push_back(seq[size_t(i)]);
+      }
+    }
+    b.seqs.push_back(ts);
+    b.attn.cu_seqlens.push_back(int32_t(b.tokens_host.size()));
+    b.completion_offsets.push_back(int32_t(targets.size()));
+    b.attn.max_seqlen = std::max(b.attn.max_seqlen, int(n));
+  }
+  b.n_tokens = int(b.tokens_host.size());
+  b.n_completion = int(targets.size());
+  b.tokens = upload_i32(ctx, b.tokens_host);
+  b.positions = upload_i32(ctx, positions);
+  b.rows = upload_i32(ctx, rows);
+  b.targets = upload_i32(ctx, targets);
+  b.attn.cu_seqlens_dev = upload_i32(ctx, b.attn.cu_seqlens);
+  legacy_stream_barrier(b.attn.cu_seqlens_dev);
+  return b;
+}
+
+namespace {
+
+void layer_forward(Context& ctx, const ModelConfig& c, const LayerWeights& L, const RopeTable& rope,
+                   const TrainBatch& b, const Tensor& x_in, LayerActs& a, Tensor& qkv, Tensor& x_out) {
+  const int64_t T = b.n_tokens, D = c.head_dim, Hq = c.n_heads, Hk = c.n_kv_heads;
+  const float eps = c.rms_norm_eps;
+  rmsnorm_forward(ctx, a.xn1, &a.rstd1, x_in, L.attn_norm, eps);
+  linear_forward(ctx, qkv, a.xn1, L.wqkv, L.bqkv.empty() ? nullptr : &L.bqkv, false);
+  if (c.qk_norm) {
+    qkv_split(ctx, a.q_raw, a.k_raw, a.v, qkv);
+    Tensor qn = a.q.view({T * Hq, D}), kn = a.k.view({T * Hk, D});
+    rmsnorm_forward(ctx, qn, &a.rstd_q, a.q_raw.view({T * Hq, D}), L.q_norm, eps);
+    rmsnorm_forward(ctx, kn, &a.rstd_k, a.k_raw.view({T * Hk, D}), L.k_norm, eps);
+  } else {
+    qkv_split(ctx, a.q, a.k, a.v, qkv);
+  }
+  rope_forward(ctx, a.q, b.positions, rope.cos, rope.sin);
+  rope_forward(ctx, a.k, b.positions, rope.cos, rope.sin);
+  attention_forward(ctx, a.attn, &a.lse, a.q, a.k, a.v, b.attn);
+  linear_forward(ctx, a.x_mid, a.attn.view({T, Hq * D}), L.wo, nullptr, false);
+  add_inplace(ctx, a.x_mid, x_in);
+  rmsnorm_forward(ctx, a.xn2, &a.rstd2, a.x_mid, L.mlp_norm, eps);
+  linear_forward(ctx, a.gu, a.xn2, L.w_gate_up, nullptr, false);
+  swiglu_forward(ctx, a.act, a.gu);
+  linear_forward(ctx, x_out, a.act, L.w_down, nullptr, false);
+  add_inplace(ctx, x_out, a.x_mid);
+}
+
+// dx: gradient w.r.t. the layer output on entry, w.r.t. its input on return.
+void layer_backward(Context& ctx, TrainState& st, const ModelConfig& c, const LayerWeights& L, LayerWeights& G,
+                    const RopeTable& rope, const TrainBatch& b, const Tensor& x_in, const LayerActs& a, Tensor& dx) {
+  const Device dev = ctx.device();
+  const DType dt = dx.dtype;
+  const int64_t T = b.n_tokens, C = c.hidden_size, F = c.intermediate_size, D = c.head_dim;
+  const int64_t Hq = c.n_heads, Hk = c.n_kv_heads;
+  Tensor dtmp = st.dtmp.get(dev, dt, {T, C}), dxn = st.dxn.get(dev, dt, {T, C});
+  Tensor dact = st.dact.get(dev, dt, {T, F}), dgu = st.dgu.get(dev, dt, {T, 2 * F});
+  // MLP block: x_out = x_mid + down(swiglu(gate_up(norm(x_mid))))
+  linear_backward(ctx, &dact, &G.w_down, nullptr, dx, a.act, L.w_down, false);
+  swiglu_backward(ctx, dgu, dact, a.gu);
+  linear_backward(ctx, &dxn, &G.w_gate_up, nullptr, dgu, a.xn2, L.w_gate_up, false);
+  rmsnorm_backward(ctx, dtmp, &G.mlp_norm, dxn, a.x_mid, L.mlp_norm, a.rstd2);
+  add_inplace(ctx, dx, dtmp);
+  // Attention block: x_mid = x_in + o(attn(rope(norm?(q)), rope(norm?(k)), v))
+  Tensor dattn = st.dattn.get(dev, dt, {T, Hq * D});
+  Tensor dq = st.dq.get(dev, dt, {T, Hq, D}), dk = st.dk.get(dev, dt, {T, Hk, D}), dv = st.dv.get(dev, dt, {T, Hk, D});
+  linear_backward(ctx, &dattn, &G.wo, nullptr, dx, a.attn.view({T, Hq * D}), L.wo, false);
+  attention_backward(ctx, dq, dk, dv, dattn.view({T, Hq, D}), a.q, a.k, a.v, a.attn, a.lse, b.attn);
+  rope_backward(ctx, dq, b.positions, rope.cos, rope.sin);
+  rope_backward(ctx, dk, b.positions, rope.cos, rope.sin);
+  Tensor dqkv = st.dqkv.get(dev, dt, {T, int64_t(c.qkv_dim())});
+  if (c.qk_norm) {
+    Tensor dq_raw = st.dq_raw.get(dev, dt, {T * Hq, D}), dk_raw = st.dk_raw.get(dev, dt, {T * Hk, D});
+    rmsnorm_backward(ctx, dq_raw, &G.q_norm, dq.view({T * Hq, D}), a.q_raw.view({T * Hq, D}), L.q_norm, a.rstd_q);
+    rmsnorm_backward(ctx, dk_raw, &G.k_norm, dk.view({T * Hk, D}), a.k_raw.view({T * Hk, D}), L.k_norm, a.rstd_k);
+    qkv_merge(ctx, dqkv, dq_raw.view({T, Hq, D}), dk_raw.view({T, Hk, D}), dv);
+  } else {
+    qkv_merge(ctx, dqkv, dq, dk, dv);
+  }
+  linear_backward(ctx, &dxn, &G.wqkv, L.bqkv.empty() ? nullptr : &G.bqkv, dqkv, a.xn1, L.wqkv, false);
+  rmsnorm_backward(ctx, dtmp, &G.attn_norm, dxn, x_in, L.attn_norm, a.rstd1);
+  add_inplace(ctx, dx, dtmp);
+}
+
+}  // namespace
+
+void train_model_forward(Context& ctx, TrainModel& m, const ModelWeights& w, const TrainBatch& b, Tensor& logp,
+                         Tensor* entropy, bool keep_for_backward) {
+  const ModelConfig& c = w.config;
+  TrainState& st = *m.state;
+  const Device dev = ctx.device();
+  const DType dt = w.dtype;
+  const int64_t T = b.n_tokens, Tc = b.n_completion, C = c.hidden_size;
+  const int Ln = c.n_layers;
+  GRPO_CHECK_MSG(w.device == dev, "train_model_forward: weights are on another device than the context");
+  GRPO_CHECK(logp.numel() == Tc && logp.dtype == DType::f32);
+  GRPO_CHECK(!entropy || (entropy->numel() == Tc && entropy->dtype == DType::f32));
+  if (b.attn.max_seqlen > st.rope_positions) {
+    st.rope_positions = std::max(b.attn.max_seqlen, std::max(st.rope_positions * 2, 256));
+    st.rope = rope_table_build(c, dev, st.rope_positions);
+  }
+  const bool store_all = keep_for_backward && !m.opt.recompute;
+  const size_t n_resid = keep_for_backward ? size_t(Ln + 1) : 2;
+  if (st.resid.size() < n_resid) st.resid.resize(n_resid);
+  const size_t n_layer_bufs = store_all ? size_t(Ln) : 1;
+  if (st.layer_bufs.size() < n_layer_bufs) st.layer_bufs.resize(n_layer_bufs);
+  st.x.assign(n_resid, Tensor{});
+  for (size_t i = 0; i < n_resid; ++i) st.x[i] = st.resid[i].get(dev, dt, {T, C});
+  st.acts.assign(n_layer_bufs, LayerActs{});
+  for (size_t i = 0; i < n_layer_bufs; ++i) st.acts[i] = st.layer_bufs[i].carve(c, dev, dt, T);
+  Tensor qkv = st.qkv.get(dev, dt, {T, int64_t(c.qkv_dim())});
+
+  auto x_of = [&](int l) -> Tensor& { return keep_for_backward ? st.x[size_t(l)] : st.x[size_t(l % 2)]; };
+  embedding_forward(ctx, x_of(0), b.tokens, w.embed);
+  for (int l = 0; l < Ln; ++l)
+    layer_forward(ctx, c, w.layers[size_t(l)], st.rope, b, x_of(l), st.acts[store_all ? size_t(l) : 0], qkv,
+                  x_of(l + 1));
+  st.xf_t = st.xf.get(dev, dt, {T, C});
+  st.rstd_f_t = st.rstd_f.get(dev, DType::f32, {T});
+  st.h_sel_t = st.h_sel.get(dev, dt, {Tc, C});
+  st.lse_sel_t = st.lse_sel.get(dev, DType::f32, {Tc});
+  rmsnorm_forward(ctx, st.xf_t, &st.rstd_f_t, x_of(Ln), w.final_norm, c.rms_norm_eps);
+  gather_rows_forward(ctx, st.h_sel_t, st.xf_t, b.rows);
+  token_logprobs_forward(ctx, logp, st.lse_sel_t, entropy, st.h_sel_t, w.lm_head, b.targets, m.opt.temperature);
+  st.kept = keep_for_backward;
+  st.kept_weights = w.arena.data;
+  st.kept_tokens = b.n_tokens;
+}
+
+void train_model_backward(Context& ctx, TrainModel& m, const ModelWeights& w, const TrainBatch& b,
+                          const Tensor& dlogp, ModelWeights& grads) {
+  const ModelConfig& c = w.config;
+  TrainState& st = *m.state;
+  GRPO_CHECK_MSG(st.kept && st.kept_weights == w.arena.data && st.kept_tokens == b.n_tokens,
+                 "train_model_backward: needs a forward with keep_for_backward on the same weights and batch");
+  GRPO_CHECK(dlogp.numel() == b.n_completion && dlogp.dtype == DType::f32);
+  GRPO_CHECK(grads.layers.size() == w.layers.size() && grads.arena.dtype == DType::f32);
+  const Device dev = ctx.device();
+  const DType dt = w.dtype;
+  const int64_t T = b.n_tokens, Tc = b.n_completion, C = c.hidden_size;
+  const int Ln = c.n_layers;
+
+  // LM head and final norm.
+  Tensor dh = st.dh_sel.get(dev, dt, {Tc, C}), dxf = st.dxf.get(dev, dt, {T, C}), dx = st.dx.get(dev, dt, {T, C});
+  token_logprobs_backward(ctx, dh, &grads.lm_head, dlogp, st.h_sel_t, w.lm_head, b.targets, st.lse_sel_t,
+                          m.opt.temperature);
+  gather_rows_backward(ctx, dxf, dh, b.rows);
+  rmsnorm_backward(ctx, dx, &grads.final_norm, dxf, st.x[size_t(Ln)], w.final_norm, st.rstd_f_t);
+
+  Tensor qkv = st.qkv.get(dev, dt, {T, int64_t(c.qkv_dim())});
+  for (int l = Ln - 1; l >= 0; --l) {
+    const LayerWeights& L = w.layers[size_t(l)];
+    LayerActs* a = &st.acts[0];
+    if (m.opt.recompute)  // re-run this layer's forward (its output equals the kept x[l+1])
+      layer_forward(ctx, c, L, st.rope, b, st.x[size_t(l)], *a, qkv, st.x[size_t(l + 1)]);
+    else
+      a = &st.acts[size_t(l)];
+    layer_backward(ctx, st, c, L, grads.layers[size_t(l)], st.rope, b, st.x[size_t(l)], *a, dx);
+  }
+  embedding_backward(ctx, grads.embed, dx, b.tokens);
+  st.kept = false;  // recompute overwrote kept values and a second backward would double-count
+}
+
+int64_t train_activation_bytes(const ModelConfig& c, DType dt, int64_t T, bool recompute) {
+  const int64_t es = int64_t(dtype_size(dt));
+  const int64_t C = c.hidden_size, F = c.intermediate_size;
+  const int64_t q = c.q_dim(), kv = c.kv_dim();
+  int64_t layer = es * T * (3 * C + q + 2 * kv + q + 3 * F) + 4 * T * (2 + c.n_heads);
+  if (c.qk_norm) layer += es * T * (q + kv) + 4 * T * (c.n_heads + c.n_kv_heads);
+  const int64_t resid = es * T * C * (c.n_layers + 1);
+  return resid + (recompute ? 1 : c.n_layers) * layer;
+}
+
+}  // namespace grpo

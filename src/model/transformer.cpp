@@ -1,0 +1,172 @@
+// Inference forward over the paged KV cache, built only from kernels/ ops so
+// that the same code runs on the CPU and on CUDA. Per layer:
+//   xn = rmsnorm(x); qkv = xn·Wqkvᵀ (+b); q,k,v = split(qkv); [q,k = rmsnorm per head]
+//   rope(q, k); cache ← k, v; a = attention(q, cache); x += a·Woᵀ
+//   xn = rmsnorm(x); x += (silu(xn·Wgᵀ) ⊙ xn·Wuᵀ)·Wdᵀ
+// then logits = rmsnorm(x[logit_rows])·Wlmᵀ (f32).
+// The rotary table follows transformers' inv_freq computation step by step in
+// f32 (modeling_rope_utils: default, linear, llama3), so positions rotate by
+// the same angles as the reference.
+#include "model/transformer.h"
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/attention.h"
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
+#include "kernels/gather.h"
+#include "kernels/linear.h"
+#include "kernels/norm.h"
+#include "kernels/rope.h"
+
+namespace grpo {
+
+size_t KVCache::bytes_per_block() const {
+  if (k.empty() || n_blocks == 0) return 0;
+  return (k.size() + v.size()) * (k[0].nbytes() / size_t(n_blocks));
+}
+
+KVCache kv_cache_allocate(const ModelConfig& cfg, Device dev, DType dt, int n_blocks, int block_size) {
+  GRPO_CHECK(n_blocks > 0 && block_size > 0);
+  KVCache c;
+  c.n_blocks = n_blocks;
+  c.block_size = block_size;
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    c.k.push_back(tensor_zeros(dev, dt, {n_blocks, block_size, cfg.n_kv_heads, cfg.head_dim}));
+    c.v.push_back(tensor_zeros(dev, dt, {n_blocks, block_size, cfg.n_kv_heads, cfg.head_dim}));
+  }
+  return c;
+}
+
+namespace {
+// inv_freq[i] for i < D/2, in f32 as transformers computes it.
+std::vector<float> rope_inv_freq(const ModelConfig& cfg) {
+  const int D = cfg.head_dim, half = D / 2;
+  const float theta = cfg.rope_theta;
+  std::vector<float> inv(static_cast<size_t>(half));
+  for (int i = 0; i < half; ++i) inv[size_t(i)] = 1.f / std::pow(theta, float(2 * i) / float(D));
+  const RopeScaling& rs = cfg.rope_scaling;
+  if (rs.type == "linear") {
+    for (float& f : inv) f = f / rs.factor;
+  } else if (rs.type == "llama3") {
+    const float old_ctx = float(rs.original_max_position_embeddings);
+    const float low_wl = float(double(rs.original_max_position_embeddings) / rs.low_freq_factor);
+    const float high_wl = float(double(rs.original_max_position_embeddings) / rs.high_freq_factor);
+    const float two_pi = float(2.0 * M_PI);
+    for (float& f : inv) {
+      const float wavelen = two_pi / f;
+      float g = wavelen > low_wl ? f / rs.factor : f;  // low frequencies: divided by factor
+      const float smooth = (old_ctx / wavelen - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor);
+      const float smoothed = (1.f - smooth) * g / rs.factor + smooth * g;
+      const bool medium = !(wavelen < high_wl) && !(wavelen > low_wl);
+      f = medium ? smoothed : g;
+    }
+  } else {
+    GRPO_CHECK_MSG(rs.type == "none" || rs.type == "default" || rs.type.empty(),
+                   "rope_table_build: unsupported rope scaling (config validation should have caught it)");
+  }
+  return inv;
+}
+}  // namespace
+
+RopeTable rope_table_build(const ModelConfig& cfg, Device dev, int max_positions) {
+  const int half = cfg.head_dim / 2;
+  const std::vector<float> inv = rope_inv_freq(cfg);
+  std::vector<float> c(size_t(max_positions) * size_t(half)), s(c.size());
+  for (int p = 0; p < max_positions; ++p)
+    for (int i = 0; i < half; ++i) {
+      const float a = float(p) * inv[size_t(i)];  // f32 product, as position_ids.float() @ inv_freq
+      c[size_t(p) * half + i] = std::cos(a);
+      s[size_t(p) * half + i] = std::sin(a);
+    }
+  RopeTable t;
+  t.cos = tensor_from_f32(dev, DType::f32, c, {max_positions, half});
+  t.sin = tensor_from_f32(dev, DType::f32, s, {max_positions, half});
+  return t;
+}
+
+ForwardScratch forward_scratch_allocate(const ModelConfig& cfg, Device dev, DType dt, int max_tokens,
+                                        int max_logit_rows) {
+  const int64_t T = max_tokens, C = cfg.hidden_size, D = cfg.head_dim, F = cfg.intermediate_size;
+  ForwardScratch s;
+  s.max_tokens = max_tokens;
+  s.max_logit_rows = max_logit_rows;
+  s.x = tensor_empty(dev, dt, {T, C});
+  s.xn = tensor_empty(dev, dt, {T, C});
+  s.qkv = tensor_empty(dev, dt, {T, cfg.qkv_dim()});
+  s.q = tensor_empty(dev, dt, {T, cfg.n_heads, D});
+  s.k = tensor_empty(dev, dt, {T, cfg.n_kv_heads, D});
+  s.v = tensor_empty(dev, dt, {T, cfg.n_kv_heads, D});
+  s.attn = tensor_empty(dev, dt, {T, cfg.n_heads, D});
+  s.mlp_in = tensor_empty(dev, dt, {T, cfg.n_kv_heads, D});  // k after qk-norm (qwen3)
+  s.gate_up = tensor_empty(dev, dt, {T, 2 * F});
+  s.mlp_act = tensor_empty(dev, dt, {T, F});
+  s.rows = tensor_empty(dev, dt, {int64_t(max_logit_rows), C});
+  return s;
+}
+
+void transformer_forward(Context& ctx, const ModelWeights& w, KVCache& cache, const RopeTable& rope,
+                         const ForwardBatch& batch, ForwardScratch& scratch, Tensor& logits) {
+  const ModelConfig& cfg = w.config;
+  const int64_t T = batch.tokens.numel(), R = batch.logit_rows.numel();
+  const int64_t D = cfg.head_dim, Hq = cfg.n_heads, Hkv = cfg.n_kv_heads;
+  GRPO_CHECK_MSG(T > 0 && T <= scratch.max_tokens, "transformer_forward: batch larger than the scratch");
+  GRPO_CHECK_MSG(R <= scratch.max_logit_rows && R <= T, "transformer_forward: too many logit rows");
+  GRPO_CHECK_MSG(int(cache.k.size()) == cfg.n_layers, "transformer_forward: cache has the wrong layer count");
+  GRPO_CHECK_MSG(logits.ndim == 2 && logits.shape[0] == R && logits.shape[1] == cfg.vocab_size &&
+                     logits.dtype == DType::f32,
+                 "transformer_forward: logits must be (R, V) f32");
+  const float eps = cfg.rms_norm_eps;
+
+  Tensor x = scratch.x.slice0(0, T);              // (T, C) residual stream
+  Tensor xn = scratch.xn.slice0(0, T);            // (T, C)
+  Tensor qkv = scratch.qkv.slice0(0, T);          // (T, (Hq+2Hkv)·D)
+  Tensor q = scratch.q.slice0(0, T);              // (T, Hq, D)
+  Tensor k = scratch.k.slice0(0, T);              // (T, Hkv, D)
+  Tensor v = scratch.v.slice0(0, T);              // (T, Hkv, D)
+  Tensor attn = scratch.attn.slice0(0, T);        // (T, Hq, D)
+  Tensor k_normed = scratch.mlp_in.slice0(0, T);  // (T, Hkv, D)
+  Tensor gate_up = scratch.gate_up.slice0(0, T);  // (T, 2F)
+  Tensor act = scratch.mlp_act.slice0(0, T);      // (T, F)
+
+  embedding_forward(ctx, x, batch.tokens, w.embed);
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    const LayerWeights& L = w.layers[size_t(l)];
+    rmsnorm_forward(ctx, xn, nullptr, x, L.attn_norm, eps);
+    linear_forward(ctx, qkv, xn, L.wqkv, L.bqkv.empty() ? nullptr : &L.bqkv, false);
+    qkv_split(ctx, q, k, v, qkv);
+    // With qk-norm the normalised q lands in `attn` and the attention output in
+    // `q`; without it q is rotated in place and the output goes to `attn`.
+    Tensor* qr = &q;
+    Tensor* kr = &k;
+    Tensor* out = &attn;
+    if (cfg.qk_norm) {
+      Tensor q2 = q.view({T * Hq, D}), qn2 = attn.view({T * Hq, D});
+      Tensor k2 = k.view({T * Hkv, D}), kn2 = k_normed.view({T * Hkv, D});
+      rmsnorm_forward(ctx, qn2, nullptr, q2, L.q_norm, eps);
+      rmsnorm_forward(ctx, kn2, nullptr, k2, L.k_norm, eps);
+      qr = &attn;
+      kr = &k_normed;
+      out = &q;
+    }
+    rope_forward(ctx, *qr, batch.positions, rope.cos, rope.sin);
+    rope_forward(ctx, *kr, batch.positions, rope.cos, rope.sin);
+    kv_cache_write(ctx, cache.k[size_t(l)], cache.v[size_t(l)], *kr, v, batch.attn);
+    attention_paged(ctx, *out, *qr, cache.k[size_t(l)], cache.v[size_t(l)], batch.attn);
+    Tensor out2 = out->view({T, Hq * D});
+    linear_forward(ctx, x, out2, L.wo, nullptr, true);  // x += attention output
+    rmsnorm_forward(ctx, xn, nullptr, x, L.mlp_norm, eps);
+    linear_forward(ctx, gate_up, xn, L.w_gate_up, nullptr, false);
+    swiglu_forward(ctx, act, gate_up);
+    linear_forward(ctx, x, act, L.w_down, nullptr, true);  // x += MLP output
+  }
+  if (R == 0) return;
+  Tensor rows = scratch.rows.slice0(0, R);
+  Tensor rows_n = scratch.xn.slice0(0, R);
+  gather_rows_forward(ctx, rows, x, batch.logit_rows);
+  rmsnorm_forward(ctx, rows_n, nullptr, rows, w.final_norm, eps);
+  linear_forward(ctx, logits, rows_n, w.lm_head, nullptr, false);
+}
+
+}  // namespace grpo

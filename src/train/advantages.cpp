@@ -1,0 +1,65 @@
+#include "train/advantages.h"
+
+#include <cmath>
+
+namespace grpo {
+
+Result<ScaleRewards> scale_rewards_from_string(const std::string& s) {
+  if (s == "group" || s == "true") return ScaleRewards::group;  // TRL accepted True for "group"
+  if (s == "batch") return ScaleRewards::batch;
+  if (s == "none" || s == "false") return ScaleRewards::none;
+  return error_status("scale_rewards: unknown value '" + s + "' (use group, batch or none)");
+}
+
+const char* scale_rewards_name(ScaleRewards s) {
+  switch (s) {
+    case ScaleRewards::group: return "group";
+    case ScaleRewards::batch: return "batch";
+    case ScaleRewards::none: return "none";
+  }
+  return "?";
+}
+
+namespace {
+// Mean and unbiased std of x[begin, end) in double.
+void mean_std(const std::vector<float>& x, size_t begin, size_t end, double* mean, double* std) {
+  const size_t n = end - begin;
+  double s = 0;
+  for (size_t i = begin; i < end; ++i) s += x[i];
+  *mean = s / double(n);
+  double ss = 0;
+  for (size_t i = begin; i < end; ++i) ss += (x[i] - *mean) * (x[i] - *mean);
+  *std = n > 1 ? std::sqrt(ss / double(n - 1)) : 0.0;
+}
+}  // namespace
+
+Result<std::vector<float>> compute_advantages(const std::vector<float>& rewards, int group_size,
+                                              ScaleRewards scale, AdvantageStats* stats) {
+  if (group_size < 1) return error_status("compute_advantages: group_size must be >= 1");
+  if (rewards.empty() || rewards.size() % size_t(group_size) != 0)
+    return error_status("compute_advantages: " + std::to_string(rewards.size()) +
+                        " rewards is not a positive multiple of the group size " + std::to_string(group_size));
+  for (size_t i = 0; i < rewards.size(); ++i)
+    if (!std::isfinite(rewards[i]))
+      return error_status("compute_advantages: reward " + std::to_string(i) + " is not finite");
+  const size_t B = rewards.size(), G = size_t(group_size);
+  double bmean, bstd;
+  mean_std(rewards, 0, B, &bmean, &bstd);
+  std::vector<float> adv(B);
+  size_t n_zero = 0;
+  for (size_t g0 = 0; g0 < B; g0 += G) {
+    double gmean, gstd;
+    mean_std(rewards, g0, g0 + G, &gmean, &gstd);
+    if (std::fabs(gstd) < 1e-8) ++n_zero;  // torch.isclose(std, 0) with its default atol
+    const double div = scale == ScaleRewards::group ? gstd + 1e-4 : scale == ScaleRewards::batch ? bstd + 1e-4 : 1.0;
+    for (size_t i = g0; i < g0 + G; ++i) adv[i] = float((rewards[i] - gmean) / div);
+  }
+  if (stats) {
+    stats->reward_mean = bmean;
+    stats->reward_std = bstd;
+    stats->frac_zero_std = double(n_zero) / double(B / G);
+  }
+  return adv;
+}
+
+}  // namespace grpo

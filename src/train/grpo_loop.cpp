@@ -1,0 +1,236 @@
+// The end-to-end GRPO loop (see grpo_loop.h). Setup: loop_setup.cpp.
+#include "train/grpo_loop.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <optional>
+
+#include "core/log.h"
+#include "core/timer.h"
+#include "model/safetensors.h"
+#include "train/loop_setup.h"
+#include "train/metrics_jsonl.h"
+#include "train/metrics_progress.h"
+#include "train/plot.h"
+#include "train/tensorboard.h"
+
+namespace grpo {
+
+namespace fs = std::filesystem;
+
+Status metrics_jsonl_truncate(const std::string& path, int64_t step) {
+  if (!fs::exists(path)) return ok_status();
+  GRPO_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  std::string kept;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    std::string line = text.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+    pos = nl == std::string::npos ? text.size() : nl + 1;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) continue;
+    if (j["step"].get<int64_t>() <= step) kept += line + "\n";
+  }
+  return write_file_atomic(path, kept);
+}
+
+namespace {
+
+MetricList concat(MetricList a, const MetricList& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+double find_metric(const MetricList& m, const std::string& name, double dflt) {
+  for (const auto& [k, v] : m)
+    if (k == name) return v;
+  return dflt;
+}
+
+MetricList progress_fields(const MetricList& m, const MetricList& last_eval) {
+  MetricList shown;
+  for (const char* k : {"reward/mean", "accuracy", "loss", "completion/mean_length"})
+    shown.emplace_back(k == std::string("completion/mean_length") ? "len" : k == std::string("reward/mean") ? "reward"
+                       : k == std::string("accuracy")              ? "acc" : k,
+                       find_metric(m, k, 0.0));
+  if (!last_eval.empty()) shown.emplace_back("eval_acc", find_metric(last_eval, "eval/accuracy", 0.0));
+  return shown;
+}
+
+class Writers {
+ public:
+  Status open(const RunConfig& cfg, const std::string& out_dir, bool resume, int64_t resume_step) {
+    const std::string jl = (fs::path(out_dir) / "metrics.jsonl").string();
+    if (resume) {
+      GRPO_TRY(metrics_jsonl_truncate(jl, resume_step));
+      if (fs::exists(jl)) {
+        GRPO_ASSIGN_OR_RETURN(MetricHistory h, metrics_jsonl_load(jl));
+        for (const auto& [name, pts] : h.series())
+          for (const auto& p : pts) history_.add(name, p.step, p.value);
+      }
+    }
+    if (cfg.log.jsonl) {
+      GRPO_ASSIGN_OR_RETURN(auto w, JsonlMetricWriter::open(jl, resume));
+      multi_.add(std::move(w));
+    }
+    if (cfg.log.tensorboard) {
+      GRPO_ASSIGN_OR_RETURN(auto w, TensorBoardWriter::open((fs::path(out_dir) / "tb").string()));
+      multi_.add(std::move(w));
+    }
+    return ok_status();
+  }
+  Status write(int64_t step, const MetricList& m) {
+    GRPO_TRY(history_.write(step, 0, m));
+    return multi_.write(step, unix_time_now(), m);
+  }
+  const MetricHistory& history() const { return history_; }
+
+ private:
+  MultiMetricWriter multi_;
+  MetricHistory history_;
+};
+
+// Early stopping bookkeeping; returns true when patience ran out.
+bool early_stop_update(const RunConfig& cfg, const MetricList& ev, int64_t step, TrainerState& st) {
+  const double v = find_metric(ev, cfg.eval.early_stopping_metric, NAN);
+  if (!std::isfinite(v)) return false;
+  if (!st.has_best || v > st.best_metric + cfg.eval.early_stopping_min_delta) {
+    st.has_best = true;
+    st.best_metric = v;
+    st.best_step = step;
+    st.evals_without_improvement = 0;
+  } else {
+    ++st.evals_without_improvement;
+  }
+  return cfg.eval.early_stopping_patience > 0 && st.evals_without_improvement >= cfg.eval.early_stopping_patience;
+}
+
+}  // namespace
+
+Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptions& opt) {
+  GRPO_ASSIGN_OR_RETURN(std::unique_ptr<LoopRun> run, loop_setup(cfg_in, opt));
+  LoopRun& r = *run;
+  const RunConfig& cfg = r.cfg;
+  TrainerState& st = r.state;
+  std::FILE* con = opt.console;
+
+  Writers writers;
+  GRPO_TRY(writers.open(cfg, r.out_dir, r.resumed, st.step));
+
+  TrainLoopResult res;
+  res.out_dir = r.out_dir;
+  auto do_eval = [&](int64_t step) -> Status {
+    if (r.eval_prompts.empty()) return ok_status();
+    auto ev = rollout_eval(*r.engine, *r.env, *r.rewards, r.eval_prompts, r.eval_params, uint64_t(cfg.rollout.seed));
+    if (!ev.ok()) return ev.status().with_context("eval at step " + std::to_string(step));
+    r.engine->reset_prefix_cache();
+    res.last_eval = ev.value();
+    GRPO_TRY(writers.write(step, res.last_eval));
+    if (con)
+      std::fprintf(con, "%seval step %lld: accuracy %.4f reward %.4f (%d prompts, %.1f s)\n",
+                   r.progress && r.progress->is_bar() ? "\n" : "", (long long)step,
+                   find_metric(res.last_eval, "eval/accuracy", 0), find_metric(res.last_eval, "eval/reward", 0),
+                   int(r.eval_prompts.size()), find_metric(res.last_eval, "eval/time", 0));
+    if (early_stop_update(cfg, res.last_eval, step, st)) st.stopped_early = true;
+    return ok_status();
+  };
+  auto save = [&](bool mid_generation) -> Status {
+    st.mid_generation = mid_generation;
+    st.data_epoch = r.cursor->epoch();
+    st.data_index = r.cursor->index();
+    st.last_lr = lr_at(r.trainer.sched, std::max<int64_t>(0, r.trainer.opt.step - 1));
+    auto p = checkpoint_save(*r.ctx, r.out_dir, *r.weights, r.trainer.opt, st, r.ckpt_opts);
+    if (!p.ok()) return p.status().with_context("checkpoint at step " + std::to_string(st.step));
+    res.last_checkpoint = p.value();
+    GRPO_LOG_DEBUG("wrote %s", p.value().c_str());
+    return ok_status();
+  };
+
+  if (!r.resumed && cfg.eval.every > 0 && cfg.eval.at_start) GRPO_TRY(do_eval(0));
+
+  const int64_t mu = cfg.train.num_iterations, spg = cfg.train.steps_per_generation;
+  const bool use_old = mu > 1 || spg > 1;
+  std::optional<RolloutBatch> batch;
+  int64_t batch_pos = 0;  // optimizer steps taken on `batch`
+  bool ckpt_due = false;
+  int64_t steps_this_run = 0;
+  while (st.step < cfg.train.steps && !st.stopped_early) {
+    const double t_step = now_seconds();
+    MetricList rec;
+    if (!batch) {
+      std::vector<PreparedPrompt> prompts;
+      for (size_t i : r.cursor->next(size_t(cfg.rollout.prompts_per_step))) {
+        auto p = prompt_prepare(r.format, *r.tok, r.env->example(Split::train, i));
+        if (!p.ok()) return p.status();
+        prompts.push_back(std::move(p).value());
+      }
+      auto b = rollout_generate(*r.engine, *r.env, *r.rewards, std::move(prompts), r.rollout_cfg, st.generation);
+      if (!b.ok()) return b.status().with_context("rollout of generation " + std::to_string(st.generation));
+      ++st.generation;
+      batch = std::move(b).value();
+      batch_pos = 0;
+      rec = batch->metrics;
+      rec.emplace_back("tokens/generated", double(batch->n_completion_tokens));
+    } else {
+      for (const auto& kv : batch->metrics)
+        if (kv.first.rfind("time/", 0) != 0 && kv.first.rfind("rollout/", 0) != 0) rec.push_back(kv);
+      rec.emplace_back("time/rollout", 0.0);
+      rec.emplace_back("time/reward", 0.0);
+      rec.emplace_back("tokens/generated", 0.0);
+    }
+    const size_t N = batch->completions.size(), chunk = size_t(batch_pos % spg);
+    const size_t b0 = N * chunk / size_t(spg), b1 = N * (chunk + 1) / size_t(spg);
+    auto tm = policy_train_step(r.trainer, *batch, b0, b1, use_old);
+    if (!tm.ok()) return tm.status().with_context("train step " + std::to_string(st.step + 1));
+    // Weight sync: the engine already reads the updated buffers; only its cached prefixes are stale.
+    const double t_sync = now_seconds();
+    r.engine->reset_prefix_cache();
+    r.ctx->synchronize();
+    rec = concat(std::move(rec), tm.value());
+    rec.emplace_back("time/sync", now_seconds() - t_sync);
+    ++st.step;
+    ++steps_this_run;
+    if (++batch_pos == mu * spg) batch.reset();
+    const double wall = now_seconds() - t_step;
+    rec.emplace_back("time/step", wall);
+    rec.emplace_back("tokens/s", wall > 0 ? find_metric(rec, "tokens/generated", 0) / wall : 0.0);
+    rec.emplace_back("generation", double(st.generation));
+    rec.emplace_back("epoch", double(r.cursor->epoch()));
+    if (st.step % cfg.log.every == 0 || st.step == cfg.train.steps) GRPO_TRY(writers.write(st.step, rec));
+    if (r.progress) r.progress->update(st.step, progress_fields(rec, res.last_eval));
+
+    if (cfg.eval.every > 0 && (st.step % cfg.eval.every == 0 || st.step == cfg.train.steps)) GRPO_TRY(do_eval(st.step));
+    if (cfg.checkpoint.every > 0 && st.step % cfg.checkpoint.every == 0) ckpt_due = true;
+    const bool last = st.step == cfg.train.steps || st.stopped_early;
+    if (ckpt_due && !batch && !last) {
+      GRPO_TRY(save(false));
+      ckpt_due = false;
+    }
+    if (opt.stop_after_steps > 0 && steps_this_run >= opt.stop_after_steps && !last) {
+      if (r.progress) r.progress->finish();
+      res.steps = st.step;
+      return res;  // simulated kill: no final checkpoint, no plot
+    }
+  }
+  if (r.progress) r.progress->finish();
+  if (st.stopped_early && con)
+    std::fprintf(con, "early stopping at step %lld: %s did not improve for %lld evals (best %.4f at step %lld)\n",
+                 (long long)st.step, cfg.eval.early_stopping_metric.c_str(), (long long)st.evals_without_improvement,
+                 st.best_metric, (long long)st.best_step);
+  if (cfg.checkpoint.save_final || ckpt_due) GRPO_TRY(save(batch.has_value()));
+  if (cfg.log.plot) {
+    PlotOptions po;
+    po.title = cfg.run.name.empty() ? fs::path(r.out_dir).filename().string() : cfg.run.name;
+    po.metrics = cfg.log.plot_metrics.empty() ? loop_plot_metrics(writers.history()) : cfg.log.plot_metrics;
+    GRPO_TRY(plot_write_html((fs::path(r.out_dir) / "plot.html").string(), writers.history(), po));
+  }
+  if (con)
+    std::fprintf(con, "done: %lld steps in %s%s%s\n", (long long)st.step, r.out_dir.c_str(),
+                 res.last_checkpoint.empty() ? "" : ", checkpoint ", res.last_checkpoint.c_str());
+  res.steps = st.step;
+  res.stopped_early = st.stopped_early;
+  return res;
+}
+
+}  // namespace grpo

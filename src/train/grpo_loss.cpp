@@ -1,0 +1,224 @@
+#include "train/grpo_loss.h"
+
+#include "core/check.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace grpo {
+
+Result<LossType> loss_type_from_string(const std::string& s) {
+  if (s == "grpo") return LossType::grpo;
+  if (s == "bnpo") return LossType::bnpo;
+  if (s == "dr_grpo") return LossType::dr_grpo;
+  if (s == "dapo") return LossType::dapo;
+  return error_status("loss_type: unknown value '" + s + "' (use grpo, bnpo, dr_grpo or dapo)");
+}
+
+const char* loss_type_name(LossType t) {
+  switch (t) {
+    case LossType::grpo: return "grpo";
+    case LossType::bnpo: return "bnpo";
+    case LossType::dr_grpo: return "dr_grpo";
+    case LossType::dapo: return "dapo";
+  }
+  return "?";
+}
+
+Result<IsMode> is_mode_from_string(const std::string& s) {
+  if (s == "none" || s.empty()) return IsMode::none;
+  if (s == "token_truncate" || s == "tis") return IsMode::token_truncate;
+  if (s == "token_mask" || s == "mis") return IsMode::token_mask;
+  if (s == "sequence_truncate") return IsMode::sequence_truncate;
+  if (s == "sequence_mask") return IsMode::sequence_mask;
+  return error_status("importance_sampling mode: unknown value '" + s +
+                      "' (use none, token_truncate, token_mask, sequence_truncate or sequence_mask)");
+}
+
+const char* is_mode_name(IsMode m) {
+  switch (m) {
+    case IsMode::none: return "none";
+    case IsMode::token_truncate: return "token_truncate";
+    case IsMode::token_mask: return "token_mask";
+    case IsMode::sequence_truncate: return "sequence_truncate";
+    case IsMode::sequence_mask: return "sequence_mask";
+  }
+  return "?";
+}
+
+Status GrpoLossConfig::validate() const {
+  if (!(beta >= 0.f)) return error_status("beta must be >= 0");
+  if (!(epsilon >= 0.f && epsilon < 1.f)) return error_status("epsilon must be in [0, 1)");
+  if (!(epsilon_high >= 0.f)) return error_status("epsilon_high must be >= 0");
+  if (is_mode != IsMode::none && !(is_cap > 0.f)) return error_status("importance-sampling cap must be > 0");
+  if (loss_type == LossType::dr_grpo && max_completion_length < 1)
+    return error_status("max_completion_length must be >= 1 for loss_type dr_grpo");
+  return ok_status();
+}
+
+void GrpoMetrics::merge(const GrpoMetrics& o) {
+  loss += o.loss;
+  n_tokens += o.n_tokens;
+  kl_sum += o.kl_sum;
+  entropy_sum += o.entropy_sum;
+  clip_low += o.clip_low;
+  clip_high += o.clip_high;
+  clip_region += o.clip_region;
+  is_sum += o.is_sum;
+  is_min = std::min(is_min, o.is_min);
+  is_max = std::max(is_max, o.is_max);
+  is_capped += o.is_capped;
+  n_is += o.n_is;
+  roll_abs_sum += o.roll_abs_sum;
+  roll_abs_max = std::max(roll_abs_max, o.roll_abs_max);
+  roll_kl_sum += o.roll_kl_sum;
+  n_roll += o.n_roll;
+}
+
+Status grpo_loss_check(const GrpoLossConfig& cfg, const GrpoLossInput& in) {
+  GRPO_TRY(cfg.validate());
+  if (in.seq_offsets.size() < 2) return error_status("grpo_loss: seq_offsets needs S+1 >= 2 entries");
+  const size_t S = in.seq_offsets.size() - 1;
+  if (in.seq_offsets[0] != 0) return error_status("grpo_loss: seq_offsets[0] must be 0");
+  for (size_t s = 0; s < S; ++s)
+    if (in.seq_offsets[s + 1] < in.seq_offsets[s]) return error_status("grpo_loss: seq_offsets must not decrease");
+  const size_t T = size_t(in.seq_offsets[S]);
+  auto tok = [&](std::span<const float> x, const char* name, bool required) -> Status {
+    if (x.empty() && !required) return ok_status();
+    if (x.size() != T)
+      return error_status(std::string("grpo_loss: ") + name + " has " + std::to_string(x.size()) +
+                          " entries, expected one per completion token (" + std::to_string(T) + ")");
+    return ok_status();
+  };
+  GRPO_TRY(tok(in.logp, "logp", true));
+  GRPO_TRY(tok(in.old_logp, "old_logp", false));
+  GRPO_TRY(tok(in.ref_logp, "ref_logp", cfg.beta != 0.f));
+  GRPO_TRY(tok(in.rollout_logp, "rollout_logp", cfg.is_mode != IsMode::none));
+  GRPO_TRY(tok(in.mask, "mask", false));
+  GRPO_TRY(tok(in.weights, "weights", false));
+  GRPO_TRY(tok(in.entropy, "entropy", false));
+  if (in.advantages.size() != S)
+    return error_status("grpo_loss: advantages has " + std::to_string(in.advantages.size()) +
+                        " entries, expected one per sequence (" + std::to_string(S) + ")");
+  if (!in.truncated.empty() && in.truncated.size() != S)
+    return error_status("grpo_loss: truncated must have one entry per sequence");
+  return ok_status();
+}
+
+GrpoLossOutput grpo_loss(const GrpoLossConfig& cfg, const GrpoLossInput& in, const GrpoLossNorm& norm) {
+  const size_t S = in.seq_offsets.size() - 1;
+  const size_t T = in.logp.size();
+  GRPO_CHECK(norm.n_micro >= 1);
+  GrpoLossOutput out;
+  out.dlogp.assign(T, 0.f);
+  GrpoMetrics& M = out.metrics;
+
+  // Effective mask m_t (truncated completions dropped) and its per-sequence counts.
+  std::vector<double> m(T), seq_n(S, 0.0);
+  double n_tok = 0;
+  for (size_t s = 0; s < S; ++s) {
+    const bool drop = cfg.mask_truncated_completions && !in.truncated.empty() && in.truncated[s];
+    for (int32_t t = in.seq_offsets[s]; t < in.seq_offsets[s + 1]; ++t) {
+      m[size_t(t)] = drop ? 0.0 : (in.mask.empty() ? 1.0 : double(in.mask[size_t(t)]));
+      seq_n[s] += m[size_t(t)];
+    }
+    n_tok += seq_n[s];
+  }
+  const double k = norm.n_micro;
+  const double S_tot = norm.n_seqs_total > 0 ? double(norm.n_seqs_total) : double(S) * k;
+
+  auto old_of = [&](size_t t) { return in.old_logp.empty() ? double(in.logp[t]) : double(in.old_logp[t]); };
+  const bool seq_is = cfg.is_mode == IsMode::sequence_truncate || cfg.is_mode == IsMode::sequence_mask;
+  const bool is_trunc = cfg.is_mode == IsMode::token_truncate || cfg.is_mode == IsMode::sequence_truncate;
+  auto cap = [&](double r) {
+    const bool over = r > double(cfg.is_cap);
+    if (over) M.is_capped += 1;
+    return over ? (is_trunc ? double(cfg.is_cap) : 0.0) : r;
+  };
+  auto is_stat = [&](double r) {
+    M.is_sum += r;
+    M.n_is += 1;
+    M.is_min = std::min(M.is_min, r);
+    M.is_max = std::max(M.is_max, r);
+  };
+
+  double loss = 0;
+  for (size_t s = 0; s < S; ++s) {
+    const int32_t b = in.seq_offsets[s], e = in.seq_offsets[s + 1];
+    const double A = in.advantages[s];
+    // Normaliser of this sequence's tokens.
+    double c = 0;
+    switch (cfg.loss_type) {
+      case LossType::grpo: c = 1.0 / (std::max(1.0, seq_n[s]) * S_tot); break;
+      case LossType::bnpo: c = 1.0 / (std::max(1.0, n_tok) * k); break;
+      case LossType::dr_grpo: c = 1.0 / (S_tot * double(cfg.max_completion_length)); break;
+      case LossType::dapo: c = 1.0 / (norm.dapo_num_items > 0 ? norm.dapo_num_items : std::max(1.0, n_tok)); break;
+    }
+    double seq_w = 1.0;
+    if (seq_is) {
+      double sum = 0;
+      for (int32_t t = b; t < e; ++t) sum += m[size_t(t)] * (old_of(size_t(t)) - in.rollout_logp[size_t(t)]);
+      if (cfg.is_sequence_geomean) sum /= std::max(1.0, seq_n[s]);
+      const double r = std::exp(sum);
+      is_stat(r);
+      seq_w = cap(r);
+    }
+    for (int32_t ti = b; ti < e; ++ti) {
+      const size_t t = size_t(ti);
+      const double lp = in.logp[t], mt = m[t];
+      const double rho = std::exp(lp - old_of(t));
+      const bool low = rho < 1.0 - cfg.epsilon && A < 0, high = rho > 1.0 + cfg.epsilon_high && A > 0;
+      const double clipped_rho = std::clamp(rho, 1.0 - cfg.epsilon, 1.0 + double(cfg.epsilon_high));
+      const double pg = -std::min(rho * A, clipped_rho * A);
+      double isw = seq_w;
+      if (cfg.is_mode == IsMode::token_truncate || cfg.is_mode == IsMode::token_mask) {
+        const double r = std::exp(mt * (old_of(t) - in.rollout_logp[t]));
+        if (mt != 0) is_stat(r);
+        isw = cap(r);
+      }
+      double term = isw * pg, dterm = (low || high) ? 0.0 : -isw * A * rho;
+      double kl = 0;
+      if (cfg.beta != 0.f) {
+        const double d = in.ref_logp[t] - lp, ed = std::exp(d);
+        kl = ed - d - 1.0;
+        term += cfg.beta * kl;
+        dterm += cfg.beta * (1.0 - ed);
+      }
+      const double w = in.weights.empty() ? 1.0 : double(in.weights[t]);
+      loss += c * mt * w * term;
+      out.dlogp[t] = float(c * mt * w * dterm);
+
+      M.kl_sum += mt * kl;
+      if (!in.entropy.empty()) M.entropy_sum += mt * in.entropy[t];
+      M.clip_low += mt * low;
+      M.clip_high += mt * high;
+      M.clip_region += mt * (low || high);
+      if (!in.rollout_logp.empty() && mt != 0) {
+        const double dd = lp - in.rollout_logp[t];
+        M.roll_abs_sum += std::fabs(dd);
+        M.roll_abs_max = std::max(M.roll_abs_max, std::fabs(dd));
+        M.roll_kl_sum += std::exp(dd) - dd - 1.0;
+        M.n_roll += 1;
+      }
+    }
+  }
+  M.n_tokens = n_tok;
+  M.loss = loss;
+  out.loss = loss;
+  return out;
+}
+
+double sft_loss(std::span<const float> logp, std::span<const float> mask, double n_norm, std::vector<float>& dlogp) {
+  GRPO_CHECK(mask.empty() || mask.size() == logp.size());
+  GRPO_CHECK(n_norm > 0);
+  dlogp.assign(logp.size(), 0.f);
+  double loss = 0;
+  for (size_t t = 0; t < logp.size(); ++t) {
+    const double mt = mask.empty() ? 1.0 : mask[t];
+    loss -= mt * logp[t] / n_norm;
+    dlogp[t] = float(-mt / n_norm);
+  }
+  return loss;
+}
+
+}  // namespace grpo

@@ -1,0 +1,139 @@
+// Rollouts, rewards, advantages and eval for the GRPO loop (see loop_rollout.h).
+#include "train/loop_rollout.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "core/timer.h"
+
+namespace grpo {
+
+uint64_t rollout_seed_for(uint64_t seed, int64_t generation, int64_t request) {
+  uint64_t s = seed ^ (uint64_t(generation) * 0x9E3779B97F4A7C15ull) ^ (uint64_t(request) * 0xD1B54A32D192ED03ull);
+  splitmix64_next(&s);
+  return splitmix64_next(&s);
+}
+
+Result<std::vector<RequestOutput>> engine_run_prompts(Engine& engine, const std::vector<PreparedPrompt>& prompts,
+                                                      const SamplingParams& params,
+                                                      const std::vector<uint64_t>& seeds) {
+  GRPO_CHECK(seeds.empty() || seeds.size() == prompts.size());
+  const size_t n = size_t(params.n);
+  std::vector<RequestOutput> result(prompts.size() * n);
+  std::map<int64_t, size_t> first;  // request id -> index of its sample 0
+  SamplingParams p = params;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (!seeds.empty()) p.seed = seeds[i];
+    auto rid = engine.add_request(prompts[i].ids, p);
+    if (!rid.ok()) return rid.status().with_context("prompt of example " + prompts[i].example.id);
+    first[rid.value()] = i * n;
+  }
+  size_t left = result.size();
+  while (left > 0) {
+    GRPO_CHECK_MSG(engine.has_unfinished(), "engine lost track of a request");
+    for (auto& o : engine.step()) {
+      auto it = first.find(o.request_id);
+      if (it == first.end()) continue;
+      result[it->second + size_t(o.sample_index)] = std::move(o);
+      --left;
+    }
+  }
+  return result;
+}
+
+Telemetry telemetry_of(const RequestOutput& o) {
+  Telemetry t;
+  t.latency_s = o.telemetry.e2e_s;
+  t.ttft_s = o.telemetry.ttft_s;
+  t.n_tokens = int64_t(o.completion_ids.size());
+  t.kv_peak_bytes = int64_t(o.telemetry.peak_kv_bytes);
+  t.prefix_hit_tokens = o.telemetry.prefix_hit_tokens;
+  t.prompt_tokens = o.telemetry.prompt_tokens;
+  t.truncated = o.finish_reason == FinishReason::length;
+  return t;
+}
+
+Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, const RewardComposer& rewards,
+                                      std::vector<PreparedPrompt> prompts, const RolloutConfig& rc,
+                                      int64_t generation) {
+  RolloutBatch b;
+  b.group_size = rc.params.n;
+  b.prompts = std::move(prompts);
+  std::vector<uint64_t> seeds(b.prompts.size());
+  for (size_t k = 0; k < seeds.size(); ++k) seeds[k] = rollout_seed_for(rc.seed, generation, int64_t(k));
+
+  const double t0 = now_seconds();
+  GRPO_ASSIGN_OR_RETURN(std::vector<RequestOutput> outs, engine_run_prompts(engine, b.prompts, rc.params, seeds));
+  const double t1 = now_seconds();
+
+  const size_t G = size_t(b.group_size), N = outs.size();
+  b.completions.resize(N);
+  std::vector<float> totals(N);
+  std::vector<double> fn_sum(rewards.size(), 0.0);
+  double score_sum = 0, len_sum = 0, len_max = 0, n_trunc = 0;
+  for (size_t i = 0; i < N; ++i) {
+    Completion& c = b.completions[i];
+    c.out = std::move(outs[i]);
+    const PreparedPrompt& pp = b.prompts[i / G];
+    const Telemetry tel = telemetry_of(c.out);
+    c.truncated = tel.truncated;
+    RewardValues rv = rewards.compute(pp.text, c.out.text, pp.example, tel);
+    c.reward = float(rv.total);
+    c.reward_values = std::move(rv.values);
+    c.score = env.score(pp.example, c.out.text);
+    totals[i] = c.reward;
+    for (size_t f = 0; f < fn_sum.size(); ++f) fn_sum[f] += c.reward_values[f];
+    score_sum += c.score;
+    const double len = double(c.out.completion_ids.size());
+    len_sum += len;
+    len_max = std::max(len_max, len);
+    n_trunc += c.truncated ? 1 : 0;
+    b.n_completion_tokens += int64_t(len);
+  }
+  AdvantageStats st;
+  GRPO_ASSIGN_OR_RETURN(b.advantages, compute_advantages(totals, b.group_size, rc.scale, &st));
+  const double t2 = now_seconds();
+
+  const double dn = double(std::max<size_t>(N, 1));
+  MetricList& m = b.metrics;
+  m.emplace_back("reward/mean", st.reward_mean);
+  m.emplace_back("reward/std", st.reward_std);
+  for (size_t f = 0; f < fn_sum.size(); ++f) m.emplace_back("reward/" + rewards.label(f) + "/mean", fn_sum[f] / dn);
+  m.emplace_back("reward/frac_zero_std", st.frac_zero_std);
+  m.emplace_back("accuracy", score_sum / dn);
+  m.emplace_back("completion/mean_length", len_sum / dn);
+  m.emplace_back("completion/max_length", len_max);
+  m.emplace_back("completion/truncated_frac", n_trunc / dn);
+  m.emplace_back("time/rollout", t1 - t0);
+  m.emplace_back("time/reward", t2 - t1);
+  m.emplace_back("rollout/tokens_per_s", t1 > t0 ? len_sum / (t1 - t0) : 0.0);
+  return b;
+}
+
+Result<MetricList> rollout_eval(Engine& engine, const Environment& env, const RewardComposer& rewards,
+                                const std::vector<PreparedPrompt>& prompts, const SamplingParams& params,
+                                uint64_t seed) {
+  const double t0 = now_seconds();
+  std::vector<uint64_t> seeds(prompts.size());
+  for (size_t k = 0; k < seeds.size(); ++k) seeds[k] = rollout_seed_for(seed, -1, int64_t(k));
+  GRPO_ASSIGN_OR_RETURN(std::vector<RequestOutput> outs, engine_run_prompts(engine, prompts, params, seeds));
+  const size_t n = size_t(params.n);
+  double score = 0, reward = 0, len = 0;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const PreparedPrompt& pp = prompts[i / n];
+    score += env.score(pp.example, outs[i].text);
+    reward += rewards.compute(pp.text, outs[i].text, pp.example, telemetry_of(outs[i])).total;
+    len += double(outs[i].completion_ids.size());
+  }
+  const double dn = double(std::max<size_t>(outs.size(), 1));
+  MetricList m;
+  m.emplace_back("eval/accuracy", score / dn);
+  m.emplace_back("eval/reward", reward / dn);
+  m.emplace_back("eval/completion_length", len / dn);
+  m.emplace_back("eval/n", double(outs.size()));
+  m.emplace_back("eval/time", now_seconds() - t0);
+  return m;
+}
+
+}  // namespace grpo

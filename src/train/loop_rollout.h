@@ -1,0 +1,69 @@
+// Rollout side of the GRPO loop: B prompts × G samples through the Engine,
+// rewards per completion (total and per function), group advantages and the
+// batch's metrics; and the greedy eval over a held-out split.
+//
+// Sampling keys: request k of generation g samples with seed
+// rollout_seed_for(seed, g, k), so a generation depends only on the weights,
+// the prompts and these counters — not on engine request ids or on how the
+// run was split by resumes.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "env/environment.h"
+#include "env/rewards.h"
+#include "train/advantages.h"
+#include "train/loop_data.h"
+#include "train/metrics_writer.h"
+
+namespace grpo {
+
+struct Completion {
+  RequestOutput out;             // prompt ids, completion ids, text, logprobs, telemetry
+  bool truncated = false;        // stopped by max_tokens (no EOS / stop)
+  float reward = 0;              // weighted total over the reward functions
+  std::vector<float> reward_values;  // unweighted, composer order
+  float score = 0;               // the environment's task score in [0, 1]
+};
+
+struct RolloutBatch {
+  std::vector<PreparedPrompt> prompts;  // B
+  int group_size = 0;                   // G
+  std::vector<Completion> completions;  // B·G: prompt k owns [k·G, (k+1)·G)
+  std::vector<float> advantages;        // B·G
+  int64_t n_completion_tokens = 0;
+  MetricList metrics;                   // reward/*, accuracy, completion/*, time/rollout, time/reward
+};
+
+uint64_t rollout_seed_for(uint64_t seed, int64_t generation, int64_t request);
+
+// Adds every prompt with `params` (params.n samples each; prompt k seeded with
+// seeds[k] when seeds is non-empty), runs the engine until all are done and
+// returns the outputs ordered prompt-major, sample-minor.
+Result<std::vector<RequestOutput>> engine_run_prompts(Engine& engine, const std::vector<PreparedPrompt>& prompts,
+                                                      const SamplingParams& params,
+                                                      const std::vector<uint64_t>& seeds);
+
+// Telemetry for the reward functions from an engine output.
+Telemetry telemetry_of(const RequestOutput& o);
+
+struct RolloutConfig {
+  SamplingParams params;       // n = G; seed set per prompt
+  uint64_t seed = 0;           // rollout.seed
+  ScaleRewards scale = ScaleRewards::group;
+};
+
+// One generation batch: samples, rewards, advantages and metrics.
+Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, const RewardComposer& rewards,
+                                      std::vector<PreparedPrompt> prompts, const RolloutConfig& rc,
+                                      int64_t generation);
+
+// Greedy (or sampled) eval: "eval/accuracy" (mean task score), "eval/reward"
+// (mean weighted reward), "eval/completion_length", "eval/time".
+Result<MetricList> rollout_eval(Engine& engine, const Environment& env, const RewardComposer& rewards,
+                                const std::vector<PreparedPrompt>& prompts, const SamplingParams& params,
+                                uint64_t seed);
+
+}  // namespace grpo

@@ -1,0 +1,284 @@
+// Setup of a `grpo train` run (see loop_setup.h).
+#include "train/loop_setup.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "core/log.h"
+#include "model/checkpoint.h"
+#include "model/safetensors.h"
+
+namespace grpo {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+Result<DType> dtype_of(const std::string& s) {
+  if (s == "f32") return DType::f32;
+  if (s == "bf16") return DType::bf16;
+  if (s == "f16") return DType::f16;
+  return error_status("model.dtype = \"" + s + "\": must be bf16, f16 or f32");
+}
+
+Result<ContextOptions> context_options(const RunConfig& cfg, int n_threads) {
+  ContextOptions co;
+  co.n_threads = n_threads;
+  const std::string& d = cfg.model.device;
+  if (d == "cpu") return co;
+  if (!cuda_available())
+    return error_status("model.device = \"" + d + "\": no CUDA device (or built without CUDA); use --set model.device=cpu");
+  co.device = Device::cuda;
+  if (d.size() > 5) co.cuda_device = std::stoi(d.substr(5));
+  return co;
+}
+
+// Loop-specific checks the config validator cannot know about.
+Status check_loop_config(const RunConfig& cfg) {
+  const auto& m = cfg.eval.early_stopping_metric;
+  if (cfg.eval.early_stopping_patience > 0 && m != "eval/accuracy" && m != "eval/reward")
+    return error_status("eval.early_stopping_metric = \"" + m + "\": must be eval/accuracy or eval/reward");
+  if (cfg.rollout.prompts_per_step * cfg.rollout.num_generations < cfg.train.steps_per_generation)
+    return error_status("train.steps_per_generation = " + std::to_string(cfg.train.steps_per_generation) +
+                        ": larger than the generation batch (rollout.prompts_per_step × rollout.num_generations = " +
+                        std::to_string(cfg.rollout.prompts_per_step * cfg.rollout.num_generations) + ")");
+  if (cfg.model.path.empty())
+    return error_status("model.path is empty: point it at a Hugging Face checkpoint directory (e.g. models/arith-tiny)");
+  return ok_status();
+}
+
+GrpoLossConfig loss_config(const RunConfig& cfg) {
+  GrpoLossConfig l;
+  l.loss_type = loss_type_from_string(cfg.train.loss_type).value();
+  l.beta = float(cfg.train.beta);
+  l.epsilon = float(cfg.train.epsilon);
+  l.epsilon_high = float(cfg.train.epsilon_high > 0 ? cfg.train.epsilon_high : cfg.train.epsilon);
+  l.is_mode = is_mode_from_string(cfg.train.importance_sampling).value();
+  l.is_cap = float(cfg.train.importance_sampling_cap);
+  l.mask_truncated_completions = cfg.train.mask_truncated_completions;
+  l.max_completion_length = int(cfg.rollout.max_new_tokens);
+  return l;
+}
+
+Status prepare_all(const LoopRun& r, const std::vector<size_t>& idx, Split split, std::vector<PreparedPrompt>* out) {
+  for (size_t i : idx) {
+    GRPO_ASSIGN_OR_RETURN(PreparedPrompt p, prompt_prepare(r.format, *r.tok, r.env->example(split, i)));
+    out->push_back(std::move(p));
+  }
+  return ok_status();
+}
+
+EngineOptions engine_options(const LoopRun& r, size_t longest_prompt) {
+  const RunConfig& c = r.cfg;
+  EngineOptions eo;
+  eo.block_size = 16;
+  const int64_t n_seqs = c.rollout.prompts_per_step * c.rollout.num_generations;
+  const int64_t max_new = std::max(c.rollout.max_new_tokens, c.eval.max_new_tokens);
+  // Room for every sample of a batch at its longest (prompts may run longer than the ones seen: ×2).
+  const int64_t per_seq = (int64_t(2 * longest_prompt + 16) + max_new + eo.block_size - 1) / eo.block_size;
+  eo.n_kv_blocks = int(std::min<int64_t>(n_seqs * per_seq + 16, int64_t(1) << 30));
+  eo.max_num_seqs = int(std::min<int64_t>(std::max<int64_t>(n_seqs, 1), 256));
+  eo.max_num_batched_tokens = 2048;
+  eo.seed = uint64_t(c.rollout.seed);
+  return eo;
+}
+
+std::string tokenizer_dir(const std::string& p) {
+  return fs::is_directory(p) ? p : fs::path(p).parent_path().string();
+}
+
+Status write_run_files(const LoopRun& r) {
+  GRPO_TRY(write_file_atomic((fs::path(r.out_dir) / "config.toml").string(), run_config_to_toml(r.cfg)));
+  const ModelConfig& mc = r.weights->config;
+  nlohmann::ordered_json j;
+  j["paths"] = {{"model", r.paths.model}, {"tokenizer", r.paths.tokenizer}, {"train_data", r.paths.train_data},
+                {"eval_data", r.paths.eval_data}, {"output_dir", r.out_dir}};
+  j["device"] = device_name(r.ctx->device());
+  j["threads"] = r.ctx->n_threads();
+  j["model"] = {{"arch", arch_name(mc.arch)}, {"n_params", mc.n_params()}, {"vocab_size", mc.vocab_size},
+                {"hidden_size", mc.hidden_size}, {"n_layers", mc.n_layers}, {"dtype", dtype_name(r.weights->dtype)}};
+  j["environment"] = {{"name", r.env->name()}, {"train_size", r.env->size(Split::train)},
+                      {"eval_size", r.eval_prompts.size()}};
+  const EngineOptions& eo = r.engine->options();
+  j["engine"] = {{"n_kv_blocks", r.engine->n_kv_blocks()}, {"block_size", eo.block_size},
+                 {"kv_bytes", size_t(r.engine->n_kv_blocks()) * r.engine->kv_bytes_per_block()},
+                 {"max_num_seqs", eo.max_num_seqs}, {"eos_token_ids", r.engine->eos_token_ids()}};
+  j["loss"] = {{"type", loss_type_name(r.trainer.loss.loss_type)}, {"epsilon", r.trainer.loss.epsilon},
+               {"epsilon_high", r.trainer.loss.epsilon_high}, {"beta", r.trainer.loss.beta},
+               {"importance_sampling", is_mode_name(r.trainer.loss.is_mode)}};
+  j["resumed_from"] = r.resumed_from;
+  return write_file_atomic((fs::path(r.out_dir) / "run_info.json").string(), j.dump(2) + "\n");
+}
+
+}  // namespace
+
+std::vector<std::string> loop_plot_metrics(const MetricHistory& h) {
+  std::vector<std::string> out;
+  for (const char* n : {"reward/mean", "eval/accuracy", "accuracy", "loss", "completion/mean_length", "entropy", "kl",
+                        "grad_norm", "clip_ratio", "logprob_mismatch/max", "eval/reward", "tokens/s"})
+    if (h.series().count(n)) out.push_back(n);
+  return out;
+}
+
+Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const TrainLoopOptions& opt) {
+  auto run = std::make_unique<LoopRun>();
+  LoopRun& r = *run;
+  r.cfg = cfg_in;
+  r.out_dir = opt.out_dir.empty() ? cfg_in.run.output_dir : opt.out_dir;
+  r.cfg.run.output_dir = r.out_dir;
+  const RunConfig& cfg = r.cfg;
+  GRPO_TRY(cfg.validate());
+  GRPO_TRY(check_loop_config(cfg));
+  GRPO_ASSIGN_OR_RETURN(r.paths, run_config_resolve_paths(cfg));
+
+  // Which checkpoint to continue from, decided before any heavy work.
+  if (opt.resume) {
+    r.resumed_from = opt.resume_from.empty() ? checkpoint_latest(r.out_dir) : opt.resume_from;
+    if (!opt.resume_from.empty() && !fs::exists(fs::path(opt.resume_from) / "trainer_state.json"))
+      return error_status("--resume " + opt.resume_from + ": not a complete checkpoint (no trainer_state.json)");
+    if (r.resumed_from.empty()) GRPO_LOG_WARN("--resume: no checkpoint in %s; starting at step 0", r.out_dir.c_str());
+  } else if (!checkpoint_list(r.out_dir).empty()) {
+    return error_status("output directory " + r.out_dir +
+                        " already holds checkpoints; pass --resume to continue that run or choose another --out");
+  }
+  r.resumed = !r.resumed_from.empty();
+
+  GRPO_ASSIGN_OR_RETURN(ContextOptions co, context_options(cfg, opt.n_threads));
+  GRPO_ASSIGN_OR_RETURN(DType dt, dtype_of(cfg.model.dtype));
+  r.ctx = std::make_unique<Context>(co);
+  auto w = model_load(r.paths.model, co.device, dt, r.ctx.get());
+  if (!w.ok()) return w.status().with_context("model.path");
+  r.weights = std::make_unique<ModelWeights>(std::move(w).value());
+  auto tok = Tokenizer::load(r.paths.tokenizer);
+  if (!tok.ok()) return tok.status().with_context("tokenizer");
+  r.tok = std::make_unique<Tokenizer>(std::move(tok).value());
+  if (r.tok->vocab_size() > r.weights->config.vocab_size)
+    return error_status("tokenizer " + r.tok->source() + " has " + std::to_string(r.tok->vocab_size()) +
+                        " ids but the model's vocab_size is " + std::to_string(r.weights->config.vocab_size) +
+                        ": model and tokenizer do not belong together");
+  GRPO_ASSIGN_OR_RETURN(r.env, loop_make_environment(cfg, r.paths));
+  GRPO_ASSIGN_OR_RETURN(RewardComposer rc, RewardComposer::make(cfg.reward));
+  r.rewards = std::make_unique<RewardComposer>(std::move(rc));
+  r.format = prompt_format_from_config(cfg);
+
+  // Trainer.
+  PolicyTrainer& t = r.trainer;
+  t.ctx = r.ctx.get();
+  t.w = r.weights.get();
+  t.loss = loss_config(cfg);
+  GRPO_TRY(t.loss.validate());
+  t.sched.type = lr_schedule_from_string(cfg.train.lr_schedule).value();
+  t.sched.lr = cfg.train.lr;
+  t.sched.warmup_steps = cfg.train.warmup_steps;
+  t.sched.total_steps = cfg.train.steps;
+  GRPO_TRY(t.sched.validate());
+  t.micro_batch = int(cfg.train.micro_batch);
+  t.grad_accum = int(cfg.train.grad_accum);
+  TrainModelOptions tmo;
+  tmo.temperature = float(cfg.rollout.temperature);
+  t.model = TrainModel(tmo);
+  AdamWConfig ac;
+  ac.beta1 = float(cfg.train.adam_beta1);
+  ac.beta2 = float(cfg.train.adam_beta2);
+  ac.eps = float(cfg.train.adam_eps);
+  ac.weight_decay = float(cfg.train.weight_decay);
+  ac.max_grad_norm = float(cfg.train.max_grad_norm);
+  GRPO_TRY(ac.validate());
+  t.opt = optimizer_create(*r.ctx, *r.weights, ac);
+  if (cfg.train.beta > 0) {
+    auto ref = model_load(r.paths.model, co.device, dt, r.ctx.get());
+    if (!ref.ok()) return ref.status().with_context("reference model");
+    t.ref = std::make_unique<ModelWeights>(std::move(ref).value());
+  }
+
+  // Training state: fresh, or restored (weights, optimizer, counters).
+  TrainerState& st = r.state;
+  st.data_seed = uint64_t(cfg.data.seed);
+  st.rollout_seed = uint64_t(cfg.rollout.seed);
+  st.lr_schedule = cfg.train.lr_schedule;
+  st.lr = cfg.train.lr;
+  st.warmup_steps = cfg.train.warmup_steps;
+  st.total_steps = cfg.train.steps;
+  if (r.resumed) {
+    auto s = checkpoint_load(*r.ctx, r.resumed_from, *r.weights, t.opt);
+    if (!s.ok()) return s.status().with_context("resuming from " + r.resumed_from);
+    TrainerState ls = s.value();
+    if (ls.data_seed != st.data_seed || ls.rollout_seed != st.rollout_seed)
+      GRPO_LOG_WARN("resume: data.seed / rollout.seed differ from the checkpoint's; the data order and samples change");
+    if (ls.lr_schedule != st.lr_schedule || ls.lr != st.lr || ls.total_steps != st.total_steps ||
+        ls.warmup_steps != st.warmup_steps)
+      GRPO_LOG_WARN("resume: the learning-rate schedule differs from the checkpoint's; using the config's");
+    if (ls.mid_generation)
+      GRPO_LOG_WARN("resume: %s was saved inside a generation batch; its remaining steps start a new batch",
+                    r.resumed_from.c_str());
+    ls.data_seed = st.data_seed;
+    ls.rollout_seed = st.rollout_seed;
+    ls.lr_schedule = st.lr_schedule;
+    ls.lr = st.lr;
+    ls.warmup_steps = st.warmup_steps;
+    ls.total_steps = st.total_steps;
+    ls.stopped_early = false;  // resuming a stopped run means: keep going
+    st = ls;
+  }
+  r.cursor = std::make_unique<DataCursor>(r.env->size(Split::train), uint64_t(cfg.data.seed), cfg.data.shuffle);
+  r.cursor->restore(st.data_epoch, st.data_index);
+
+  // Prompts of the eval set, and the longest prompt seen, to size the KV pool.
+  const Split es = loop_eval_split(cfg);
+  if (cfg.eval.every > 0) GRPO_TRY(prepare_all(r, loop_eval_indices(cfg, *r.env, es), es, &r.eval_prompts));
+  std::vector<PreparedPrompt> peek;
+  DataCursor c2 = *r.cursor;
+  GRPO_TRY(prepare_all(r, c2.next(size_t(cfg.rollout.prompts_per_step)), Split::train, &peek));
+  size_t longest = 0;
+  for (const auto* v : {&peek, &r.eval_prompts})
+    for (const auto& p : *v) longest = std::max(longest, p.ids.size());
+
+  EngineOptions eo = engine_options(r, longest);
+  if (!r.tok->eos_ids().empty()) eo.eos_token_ids = r.tok->eos_ids();
+  GRPO_TRY(eo.validate());
+  GRPO_TRY(engine_kv_blocks(r.weights->config, r.weights->dtype, eo).status());
+  r.engine = std::make_unique<Engine>(*r.ctx, *r.weights, r.tok.get(), eo);
+
+  SamplingParams& sp = r.rollout_cfg.params;
+  sp.n = int(cfg.rollout.num_generations);
+  sp.temperature = float(cfg.rollout.temperature);
+  sp.top_p = float(cfg.rollout.top_p);
+  sp.top_k = int(cfg.rollout.top_k);
+  sp.min_p = float(cfg.rollout.min_p);
+  sp.max_tokens = int(cfg.rollout.max_new_tokens);
+  sp.stop = cfg.rollout.stop;
+  // The trainer scores logits / temperature over the full vocabulary: raw logprobs at T = 1, else processed.
+  sp.logprobs_mode = cfg.rollout.temperature == 1.0 ? LogprobsMode::raw : LogprobsMode::processed;
+  GRPO_TRY(sp.validate(r.weights->config.vocab_size).with_context("[rollout]"));
+  r.rollout_cfg.seed = uint64_t(cfg.rollout.seed);
+  r.rollout_cfg.scale = scale_rewards_from_string(cfg.train.scale_rewards).value();
+  r.eval_params.n = 1;
+  r.eval_params.temperature = cfg.eval.greedy ? 0.f : float(cfg.eval.temperature);
+  r.eval_params.max_tokens = int(cfg.eval.max_new_tokens > 0 ? cfg.eval.max_new_tokens : cfg.rollout.max_new_tokens);
+  r.eval_params.stop = cfg.rollout.stop;
+  GRPO_TRY(r.eval_params.validate(r.weights->config.vocab_size).with_context("[eval]"));
+
+  r.ckpt_opts.keep_last = cfg.checkpoint.keep_last;
+  r.ckpt_opts.model.tokenizer_src_dir = tokenizer_dir(r.paths.tokenizer);
+  std::error_code ec;
+  fs::create_directories(r.out_dir, ec);
+  if (ec) return error_status("output directory " + r.out_dir + ": " + ec.message());
+  GRPO_TRY(write_run_files(r));
+
+  if (opt.console && cfg.log.progress != "off") {
+    ProgressOptions po;
+    po.mode = cfg.log.progress == "bar" ? ProgressMode::bar : cfg.log.progress == "plain" ? ProgressMode::plain
+                                                                                          : ProgressMode::automatic;
+    po.plain_every = cfg.log.every;
+    r.progress = std::make_unique<ProgressBar>(cfg.train.steps, opt.console, po);
+  }
+  if (opt.console)
+    std::fprintf(opt.console, "grpo train: %s (%s, %lld params, %s on %s, %d threads), env %s (%zu train, %zu eval)%s%s\n",
+                 r.paths.model.c_str(), arch_name(r.weights->config.arch), (long long)r.weights->config.n_params(),
+                 dtype_name(r.weights->dtype), device_name(co.device), r.ctx->n_threads(), r.env->name().c_str(),
+                 r.env->size(Split::train), r.eval_prompts.size(), r.resumed ? ", resumed from " : "",
+                 r.resumed_from.c_str());
+  return run;
+}
+
+}  // namespace grpo

@@ -1,0 +1,66 @@
+// One GRPO optimizer step over a slice of a rollout batch (see loop_train.h).
+#include "train/loop_train.h"
+
+#include <algorithm>
+
+#include "core/timer.h"
+#include "train/train_step.h"
+
+namespace grpo {
+
+Result<MetricList> policy_train_step(PolicyTrainer& t, const RolloutBatch& batch, size_t begin, size_t end,
+                                     bool use_old_logp) {
+  GRPO_CHECK(t.ctx && t.w && begin < end && end <= batch.completions.size());
+  Context& ctx = *t.ctx;
+  const double t0 = now_seconds();
+  std::vector<GrpoSample> samples(end - begin);
+  for (size_t i = begin; i < end; ++i) {
+    const Completion& c = batch.completions[i];
+    GrpoSample& s = samples[i - begin];
+    s.prompt = c.out.prompt_ids;
+    s.completion = c.out.completion_ids;
+    s.advantage = batch.advantages[i];
+    s.truncated = c.truncated;
+    s.rollout_logp = c.out.logprobs;
+    if (use_old_logp) s.old_logp = c.out.logprobs;
+  }
+  GrpoStepOptions so;
+  so.loss = t.loss;
+  const int count = int(samples.size());
+  const int per_micro = (count + std::max(1, t.grad_accum) - 1) / std::max(1, t.grad_accum);
+  so.micro.max_seqs = std::max(1, std::min(t.micro_batch, per_micro));
+  if (t.ref) {
+    auto ref = compute_logprobs(ctx, t.model, *t.ref, samples, so.micro);
+    if (!ref.ok()) return ref.status().with_context("reference logprobs");
+    for (size_t i = 0; i < samples.size(); ++i) samples[i].ref_logp = std::move(ref.value()[i]);
+  }
+  const double lr = lr_at(t.sched, t.opt.step);
+  auto step = grpo_train_step(ctx, t.model, *t.w, t.opt, lr, samples, so);
+  if (!step.ok()) return step.status();
+  ctx.synchronize();
+  const double t1 = now_seconds();
+  const GrpoMetrics& g = step.value().metrics;
+  const OptimStepStats& os = step.value().optim;
+
+  MetricList m;
+  m.emplace_back("loss", g.loss);
+  m.emplace_back("kl", g.kl_mean());
+  m.emplace_back("entropy", g.entropy_mean());
+  m.emplace_back("clip_ratio", g.clip_region_frac());
+  m.emplace_back("clip_ratio/low", g.clip_low_frac());
+  m.emplace_back("clip_ratio/high", g.clip_high_frac());
+  m.emplace_back("grad_norm", os.grad_norm);
+  m.emplace_back("grad_clip_scale", os.clip_scale);
+  m.emplace_back("lr", lr);
+  m.emplace_back("optimizer/skipped", os.skipped ? 1.0 : 0.0);
+  m.emplace_back("logprob_mismatch/max", g.roll_abs_max);
+  m.emplace_back("logprob_mismatch/mean", g.rollout_abs_diff_mean());
+  m.emplace_back("rollout_kl", g.rollout_kl());
+  if (t.loss.is_mode != IsMode::none) m.emplace_back("is_ratio/mean", g.is_mean());
+  m.emplace_back("train/micro_batches", double(step.value().n_micro));
+  m.emplace_back("time/train", t1 - t0);
+  m.emplace_back("train/tokens_per_s", t1 > t0 ? double(step.value().n_tokens) / (t1 - t0) : 0.0);
+  return m;
+}
+
+}  // namespace grpo

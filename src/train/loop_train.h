@@ -1,0 +1,47 @@
+// Trainer side of the GRPO loop: one optimizer step over a slice of a rollout
+// batch, through train/train_step.h (packed micro-batches, GRPO loss against
+// the rollout logprobs, backward, clipping, AdamW writing the very weights the
+// engine reads). Reference logprobs (β > 0) come from a frozen copy first.
+//
+// Micro-batches: at most micro_batch sequences (and 8192 packed tokens) each,
+// and at least grad_accum of them when the slice allows. The loss is
+// normalised over the whole slice (S_tot = slice size; dapo: the slice's
+// unmasked completion tokens — TRL's num_items_in_batch when one generation
+// batch feeds one step), so the micro-batch split does not change the step.
+#pragma once
+#include <cstddef>
+#include <memory>
+
+#include "core/context.h"
+#include "model/train_model.h"
+#include "model/weights.h"
+#include "train/grpo_loss.h"
+#include "train/loop_rollout.h"
+#include "train/lr_schedule.h"
+#include "train/optimizer.h"
+
+namespace grpo {
+
+struct PolicyTrainer {
+  Context* ctx = nullptr;
+  ModelWeights* w = nullptr;                 // the weights the engine reads (written in place)
+  std::unique_ptr<ModelWeights> ref;         // frozen reference when β > 0
+  TrainModel model;
+  Optimizer opt;
+  GrpoLossConfig loss;
+  LrSchedule sched;
+  int micro_batch = 8;
+  int grad_accum = 1;
+};
+
+// One optimizer step over completions [begin, end) of `batch`. With
+// use_old_logp the rollout logprobs are the old policy's (μ > 1 or several
+// steps per generation: the weights have moved since sampling); otherwise the
+// ratio is taken against the detached trainer logprobs (exactly on-policy).
+// Metrics: loss, kl, entropy, clip_ratio{,/low,/high}, grad_norm, lr,
+// logprob_mismatch/{max,mean}, rollout_kl, is_ratio/mean, time/train,
+// train/tokens_per_s.
+Result<MetricList> policy_train_step(PolicyTrainer& t, const RolloutBatch& batch, size_t begin, size_t end,
+                                     bool use_old_logp);
+
+}  // namespace grpo

@@ -1,0 +1,69 @@
+// AdamW over the whole parameter arena (kernels/optim.h), with global-norm
+// gradient clipping. Gradients, fp32 master weights and Adam m/v are arenas of
+// the weights' layout (model/weights.h), so one parameter's state is the same
+// slice of each. The compute-dtype parameters are written in place by the
+// step: they are the very buffers the engine reads. When the parameters are
+// f32 (the CPU), master and parameters are one buffer.
+//
+// Weight decay (decoupled, torch.optim.AdamW): by default it skips biases and
+// norm weights, as HF Trainer's get_decay_parameter_names does (forbidden
+// name patterns "bias", "layernorm", "rmsnorm", "norm", "_norm": input/
+// post-attention layernorms, the final norm, q/k norms and q/k/v biases);
+// embeddings and every matrix decay. `decay_all` applies it to every tensor.
+// Clipping as torch.nn.utils.clip_grad_norm_: coef = max_grad_norm / (‖g‖ + 1e-6),
+// grads scaled by min(1, coef); max_grad_norm <= 0 disables it.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/context.h"
+#include "kernels/optim.h"
+#include "model/weights.h"
+
+namespace grpo {
+
+struct AdamWConfig {
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  float weight_decay = 0.f;   // HF TrainingArguments default
+  bool decay_all = false;     // true: decay norms and biases too
+  float max_grad_norm = 1.f;  // HF default; <= 0: no clipping
+  Status validate() const;
+};
+
+// True when the parameter (our name, from ModelWeights::params()) gets weight
+// decay under the HF default rule.
+bool param_default_decay(const std::string& name);
+
+struct ParamSlot {
+  std::string name;
+  int64_t offset = 0, numel = 0;  // elements within the arenas
+  bool decay = true;
+};
+
+struct Optimizer {
+  AdamWConfig cfg;
+  std::vector<ParamSlot> slots;  // every parameter, arena order
+  Tensor master;                 // (n) f32; aliases the parameter arena when it is f32
+  Tensor m, v;                   // (n) f32, zero-initialised
+  Tensor grad_arena;             // (n) f32 gradients, accumulated by the backward
+  ModelWeights grads;            // views of grad_arena with the weights' layout (tied lm_head = embed)
+  int64_t step = 0;              // optimizer steps taken
+};
+
+struct OptimStepStats {
+  double grad_norm = 0;    // global L2 norm before clipping
+  double clip_scale = 1;   // factor applied to the gradients
+  double lr = 0;
+  bool skipped = false;    // non-finite gradient norm: nothing was updated
+};
+
+// Allocates grads/m/v (and the f32 master copy when params are not f32) on
+// the parameters' device, zeroed / copied from the parameters.
+Optimizer optimizer_create(Context& ctx, ModelWeights& params, const AdamWConfig& cfg);
+void optimizer_zero_grad(Context& ctx, Optimizer& opt);
+double grad_global_norm(Context& ctx, const Optimizer& opt);
+// Clips, takes one AdamW step with learning rate `lr` (step counter +1 for bias
+// correction) and writes the parameters. Does not zero the gradients.
+OptimStepStats optimizer_step(Context& ctx, Optimizer& opt, ModelWeights& params, double lr);
+
+}  // namespace grpo

@@ -1,0 +1,28 @@
+// End-of-run plot: one self-contained HTML page with an inline SVG line chart
+// per metric over steps. No JavaScript, no external CSS or fonts, so the file
+// opens anywhere (and in a browser without network access).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "train/metrics_writer.h"
+
+namespace grpo {
+
+// Metrics charted when the caller passes none: those of these names present
+// in the history, in this order.
+const std::vector<std::string>& plot_default_metrics();
+
+struct PlotOptions {
+  std::string title = "grpo run";
+  std::vector<std::string> metrics;  // empty: plot_default_metrics(); names absent from the history are listed as "no data"
+  int width = 640, height = 260;     // of each chart, in CSS pixels
+};
+
+// HTML text of the page. Non-finite values are skipped (they break the line).
+std::string plot_render_html(const MetricHistory& history, const PlotOptions& opt);
+
+// Writes plot_render_html to `path` (atomically: temp file + rename).
+Status plot_write_html(const std::string& path, const MetricHistory& history, const PlotOptions& opt);
+
+}  // namespace grpo

@@ -1,0 +1,174 @@
+// RunConfig value checks and path resolution. Parsing/dumping: run_config_io.cpp.
+#include "train/run_config.h"
+
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include "env/dataset.h"
+
+namespace grpo {
+
+namespace {
+
+std::string show(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+std::string show(int64_t v) { return std::to_string(v); }
+std::string show(const std::string& v) { return "\"" + v + "\""; }
+
+// Collects the first failure; each check names its key and value.
+class Checker {
+ public:
+  template <class T>
+  void require(bool ok, const char* key, const T& value, const std::string& why) {
+    if (!ok && status_.ok()) status_ = error_status(std::string(key) + " = " + show(value) + ": " + why);
+  }
+  void one_of(const char* key, const std::string& v, std::initializer_list<const char*> choices) {
+    std::string list;
+    bool found = false;
+    for (const char* c : choices) {
+      list += (list.empty() ? "" : ", ") + std::string(c);
+      found |= v == c;
+    }
+    require(found, key, v, "must be one of " + list);
+  }
+  void finite(const char* key, double v) { require(std::isfinite(v), key, v, "must be a finite number"); }
+  Status status() const { return status_; }
+
+ private:
+  Status status_;
+};
+
+bool valid_device(const std::string& d) {
+  if (d == "cpu" || d == "cuda") return true;
+  if (d.rfind("cuda:", 0) != 0 || d.size() == 5) return false;
+  for (size_t i = 5; i < d.size(); ++i)
+    if (d[i] < '0' || d[i] > '9') return false;
+  return true;
+}
+
+}  // namespace
+
+Status RunConfig::validate() const {
+  Checker c;
+  c.require(!run.output_dir.empty(), "run.output_dir", run.output_dir, "must not be empty");
+  c.one_of("model.dtype", model.dtype, {"bf16", "f16", "f32"});
+  c.require(valid_device(model.device), "model.device", model.device, "must be cpu, cuda or cuda:N");
+
+  c.one_of("data.env", data.env, {"gsm8k", "arithmetic", "jsonl"});
+  c.require(data.env != "jsonl" || !data.train_path.empty(), "data.train_path", data.train_path,
+            "required when data.env = \"jsonl\"");
+  c.require(!data.prompt_field.empty(), "data.prompt_field", data.prompt_field, "must not be empty");
+  c.require(!data.answer_field.empty(), "data.answer_field", data.answer_field, "must not be empty");
+  auto rendered = prompt_render(data.prompt_template, Example{});
+  c.require(rendered.ok(), "data.prompt_template", data.prompt_template, rendered.status().message());
+  c.require(data.prompt_template.find("{question}") != std::string::npos, "data.prompt_template",
+            data.prompt_template, "must contain {question}");
+  c.one_of("data.eval_split", data.eval_split, {"test", "train"});
+  c.require(!(data.env == "jsonl" && data.eval_split == "test" && data.eval_path.empty() && eval.every > 0),
+            "data.eval_path", data.eval_path, "required for eval.every > 0 on the test split of a jsonl dataset");
+  c.require(data.eval_size >= 0, "data.eval_size", data.eval_size, "must be >= 0 (0 = whole split)");
+  c.one_of("data.on_bad_line", data.on_bad_line, {"fail", "skip"});
+  c.require(data.seed >= 0, "data.seed", data.seed, "must be >= 0");
+  const ArithmeticSection& a = data.arithmetic;
+  c.require(a.difficulty >= 0 && a.difficulty <= 3, "data.arithmetic.difficulty", a.difficulty, "must be 0..3");
+  c.one_of("data.arithmetic.style", a.style, {"compact", "verbose", "expression"});
+  c.require(a.train_size > 0, "data.arithmetic.train_size", a.train_size, "must be > 0");
+  c.require(a.test_size > 0, "data.arithmetic.test_size", a.test_size, "must be > 0");
+  c.require(a.test_permille >= 1 && a.test_permille <= 900, "data.arithmetic.test_permille", a.test_permille, "must be 1..900");
+
+  const RolloutSection& r = rollout;
+  c.require(r.num_generations >= 2, "rollout.num_generations", r.num_generations,
+            "must be >= 2 (GRPO compares completions within a group)");
+  c.require(r.prompts_per_step >= 1, "rollout.prompts_per_step", r.prompts_per_step, "must be >= 1");
+  c.require(r.max_new_tokens >= 1, "rollout.max_new_tokens", r.max_new_tokens, "must be >= 1");
+  c.finite("rollout.temperature", r.temperature);
+  c.require(r.temperature > 0, "rollout.temperature", r.temperature,
+            "must be > 0 (GRPO needs sampling; greedy decoding is for eval.greedy)");
+  c.require(r.top_p > 0 && r.top_p <= 1, "rollout.top_p", r.top_p, "must be in (0, 1]");
+  c.require(r.top_k >= 0, "rollout.top_k", r.top_k, "must be >= 0 (0 = off)");
+  c.require(r.min_p >= 0 && r.min_p < 1, "rollout.min_p", r.min_p, "must be in [0, 1)");
+  c.require(r.seed >= 0, "rollout.seed", r.seed, "must be >= 0");
+  for (const auto& s : r.stop) c.require(!s.empty(), "rollout.stop", s, "stop strings must not be empty");
+
+  const TrainSection& t = train;
+  c.require(t.steps >= 1, "train.steps", t.steps, "must be >= 1");
+  c.finite("train.lr", t.lr);
+  c.require(t.lr > 0, "train.lr", t.lr, "must be > 0");
+  c.one_of("train.lr_schedule", t.lr_schedule, {"constant", "linear", "cosine"});
+  c.require(t.warmup_steps >= 0 && t.warmup_steps <= t.steps, "train.warmup_steps", t.warmup_steps, "must be in 0..train.steps");
+  c.require(t.weight_decay >= 0, "train.weight_decay", t.weight_decay, "must be >= 0");
+  c.require(t.adam_beta1 >= 0 && t.adam_beta1 < 1, "train.adam_beta1", t.adam_beta1, "must be in [0, 1)");
+  c.require(t.adam_beta2 >= 0 && t.adam_beta2 < 1, "train.adam_beta2", t.adam_beta2, "must be in [0, 1)");
+  c.require(t.adam_eps > 0, "train.adam_eps", t.adam_eps, "must be > 0");
+  c.require(t.max_grad_norm >= 0, "train.max_grad_norm", t.max_grad_norm, "must be >= 0 (0 = no clipping)");
+  c.require(t.micro_batch >= 1, "train.micro_batch", t.micro_batch, "must be >= 1");
+  c.require(t.grad_accum >= 1, "train.grad_accum", t.grad_accum, "must be >= 1");
+  c.require(t.steps_per_generation >= 1, "train.steps_per_generation", t.steps_per_generation, "must be >= 1");
+  c.require(t.num_iterations >= 1, "train.num_iterations", t.num_iterations, "must be >= 1");
+  c.one_of("train.loss_type", t.loss_type, {"grpo", "bnpo", "dr_grpo", "dapo"});
+  c.require(t.beta >= 0, "train.beta", t.beta, "must be >= 0");
+  c.require(t.epsilon > 0 && t.epsilon < 1, "train.epsilon", t.epsilon, "must be in (0, 1)");
+  c.require(t.epsilon_high == 0 || t.epsilon_high >= t.epsilon, "train.epsilon_high", t.epsilon_high,
+            "must be 0 (= epsilon) or >= train.epsilon");
+  c.one_of("train.scale_rewards", t.scale_rewards, {"group", "batch", "none"});
+  c.one_of("train.importance_sampling", t.importance_sampling,
+           {"none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"});
+  c.require(t.importance_sampling_cap >= 1, "train.importance_sampling_cap", t.importance_sampling_cap, "must be >= 1");
+
+  c.require(!reward.empty(), "reward", std::string("[]"), "configure at least one [[reward]] function");
+  for (size_t i = 0; i < reward.size(); ++i) {
+    auto fn = reward_make(reward[i]);
+    if (!fn.ok()) c.require(false, ("reward[" + std::to_string(i) + "]").c_str(), reward[i].name, fn.status().message());
+  }
+
+  c.require(eval.every >= 0, "eval.every", eval.every, "must be >= 0 (0 = off)");
+  c.require(eval.temperature >= 0, "eval.temperature", eval.temperature, "must be >= 0");
+  c.require(eval.n_prompts >= 0, "eval.n_prompts", eval.n_prompts, "must be >= 0");
+  c.require(eval.max_new_tokens >= 0, "eval.max_new_tokens", eval.max_new_tokens, "must be >= 0");
+  c.require(eval.early_stopping_patience >= 0, "eval.early_stopping_patience", eval.early_stopping_patience, "must be >= 0");
+  c.require(eval.early_stopping_patience == 0 || eval.every > 0, "eval.early_stopping_patience",
+            eval.early_stopping_patience, "needs eval.every > 0");
+  c.require(!eval.early_stopping_metric.empty(), "eval.early_stopping_metric", eval.early_stopping_metric, "must not be empty");
+  c.require(eval.early_stopping_min_delta >= 0, "eval.early_stopping_min_delta", eval.early_stopping_min_delta, "must be >= 0");
+
+  c.require(checkpoint.every >= 0, "checkpoint.every", checkpoint.every, "must be >= 0");
+  c.require(checkpoint.keep_last >= 0, "checkpoint.keep_last", checkpoint.keep_last, "must be >= 0 (0 = keep all)");
+  c.require(log.every >= 1, "log.every", log.every, "must be >= 1");
+  c.one_of("log.progress", log.progress, {"auto", "bar", "plain", "off"});
+  c.one_of("log.level", log.level, {"debug", "info", "warn", "error", "quiet"});
+  return c.status();
+}
+
+Result<RunPaths> run_config_resolve_paths(const RunConfig& cfg, const std::string& data_root) {
+  namespace fs = std::filesystem;
+  RunPaths p;
+  p.output_dir = cfg.run.output_dir;
+  auto need = [](const std::string& key, const std::string& path) -> Status {
+    if (!fs::exists(path)) return error_status(key + " = \"" + path + "\": no such file or directory");
+    return ok_status();
+  };
+  if (!cfg.model.path.empty()) {
+    GRPO_TRY(need("model.path", cfg.model.path));
+    if (fs::is_directory(cfg.model.path) && !fs::exists(fs::path(cfg.model.path) / "config.json"))
+      return error_status("model.path = \"" + cfg.model.path + "\": directory has no config.json (point it at a Hugging Face checkpoint)");
+    p.model = cfg.model.path;
+  }
+  p.tokenizer = cfg.model.tokenizer.empty() ? cfg.model.path : cfg.model.tokenizer;
+  if (!cfg.model.tokenizer.empty()) GRPO_TRY(need("model.tokenizer", cfg.model.tokenizer));
+  if (cfg.data.env == "gsm8k") {
+    p.train_data = cfg.data.train_path.empty() ? (fs::path(data_root) / "data/gsm8k/train.jsonl").string() : cfg.data.train_path;
+    p.eval_data = cfg.data.eval_path.empty() ? (fs::path(data_root) / "data/gsm8k/test.jsonl").string() : cfg.data.eval_path;
+  } else if (cfg.data.env == "jsonl") {
+    p.train_data = cfg.data.train_path;
+    p.eval_data = cfg.data.eval_path;
+  }
+  if (!p.train_data.empty()) GRPO_TRY(need("data.train_path", p.train_data));
+  if (!p.eval_data.empty()) GRPO_TRY(need("data.eval_path", p.eval_data));
+  return p;
+}
+
+}  // namespace grpo

@@ -1,0 +1,163 @@
+// Run configuration of `grpo train CONFIG.toml [--set key=value ...]`.
+//
+// Plain structs with defaults; validate() checks values and names the key;
+// run_config_load() parses TOML strictly: an unknown section or key is an
+// error naming it and listing the valid ones, a wrong type or bad value is an
+// error naming key and value. Keys are dotted paths "section.key" (nested
+// table: "data.arithmetic.difficulty"); reward functions are an array of
+// tables [[reward]] with name, weight and the function's own parameters
+// (rewards.h). Relative paths are relative to the current directory, like
+// paths on the command line; run_config_resolve_paths() checks them.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+#include "env/rewards.h"
+
+namespace grpo {
+
+struct RunSection {
+  std::string output_dir = "runs/default";  // metrics, checkpoints, resolved config go here
+  std::string name;                         // free label for the run (defaults to the directory name)
+};
+
+struct ModelSection {
+  std::string path;           // HF checkpoint dir (config.json, *.safetensors); empty: the built-in demo model
+  std::string tokenizer;      // tokenizer.json or its dir; empty: from `path`
+  std::string dtype = "bf16"; // bf16 | f16 | f32 (weights the engine reads; master weights stay f32)
+  std::string device = "cuda";  // cpu | cuda | cuda:N
+};
+
+struct ArithmeticSection {  // used when data.env = "arithmetic" (see env/arithmetic.h)
+  int64_t difficulty = 1;   // 0..3
+  std::string style = "compact";  // compact | verbose | expression
+  int64_t train_size = 100000;
+  int64_t test_size = 500;
+  int64_t test_permille = 100;
+};
+
+struct DataSection {
+  std::string env = "arithmetic";  // gsm8k | arithmetic | jsonl
+  std::string train_path;          // jsonl: required; gsm8k: empty = data/gsm8k/train.jsonl
+  std::string eval_path;           // jsonl: optional; gsm8k: empty = data/gsm8k/test.jsonl
+  std::string prompt_field = "question";
+  std::string answer_field = "answer";
+  bool answer_is_solution = false;  // jsonl: answer field is a "... #### N" solution
+  std::string prompt_template = "{question}";  // placeholders {question} {answer} {id}
+  bool use_chat_template = false;   // wrap in the tokenizer's chat template (system + user turn)
+  std::string system_prompt;
+  std::string eval_split = "test";  // test | train
+  int64_t eval_size = 0;            // prompts in the eval set; 0 = the whole split
+  std::string on_bad_line = "fail"; // fail | skip (skipped lines are counted and reported)
+  bool shuffle = true;
+  int64_t seed = 1;                 // data order and generated problems
+  ArithmeticSection arithmetic;
+};
+
+struct RolloutSection {
+  int64_t num_generations = 8;   // G: completions per prompt
+  int64_t prompts_per_step = 8;  // B: prompts per generation batch
+  int64_t max_new_tokens = 256;
+  double temperature = 1.0;
+  double top_p = 1.0;
+  int64_t top_k = 0;             // 0 = off
+  double min_p = 0.0;            // 0 = off
+  int64_t seed = 1;
+  std::vector<std::string> stop; // stop strings (EOS always stops)
+};
+
+struct TrainSection {
+  int64_t steps = 100;                 // optimizer steps
+  double lr = 1e-6;
+  std::string lr_schedule = "constant";  // constant | linear | cosine (after warmup)
+  int64_t warmup_steps = 0;
+  double weight_decay = 0.0;
+  double adam_beta1 = 0.9, adam_beta2 = 0.99, adam_eps = 1e-8;
+  double max_grad_norm = 1.0;          // 0 = no clipping
+  int64_t micro_batch = 8;             // sequences per forward/backward
+  int64_t grad_accum = 1;              // micro-batch groups accumulated per optimizer step
+  int64_t steps_per_generation = 1;    // optimizer steps per generation batch
+  int64_t num_iterations = 1;          // mu: passes over each generation batch
+  std::string loss_type = "dapo";      // grpo | bnpo | dr_grpo | dapo (as in TRL)
+  double beta = 0.0;                   // KL coefficient; 0 = no reference model
+  double epsilon = 0.2;                // clip low
+  double epsilon_high = 0.0;           // clip high; 0 = same as epsilon (DAPO uses 0.28)
+  std::string scale_rewards = "group"; // group | batch | none (std used to scale advantages)
+  std::string importance_sampling = "none";  // none | token_truncate | token_mask | sequence_truncate | sequence_mask
+  double importance_sampling_cap = 2.0;      // C of truncated/masked IS, >= 1
+  bool mask_truncated_completions = false;
+};
+
+struct EvalSection {
+  int64_t every = 0;            // steps between evals; 0 = off
+  bool at_start = true;         // also evaluate before the first step
+  bool greedy = true;
+  double temperature = 1.0;     // when greedy = false
+  int64_t n_prompts = 0;        // 0 = data.eval_size / whole split
+  int64_t max_new_tokens = 0;   // 0 = rollout.max_new_tokens
+  int64_t early_stopping_patience = 0;  // evals without improvement before stopping; 0 = off
+  std::string early_stopping_metric = "eval/accuracy";  // higher is better
+  double early_stopping_min_delta = 0.0;
+};
+
+struct CheckpointSection {
+  int64_t every = 0;      // steps; 0 = only the final one (if save_final)
+  int64_t keep_last = 3;  // 0 = keep all
+  bool save_final = true;
+};
+
+struct LogSection {
+  bool jsonl = true;         // <output_dir>/metrics.jsonl
+  bool tensorboard = false;  // <output_dir>/tb/events.out.tfevents.*
+  bool plot = true;          // <output_dir>/plot.html at the end
+  std::vector<std::string> plot_metrics;  // empty = plot_default_metrics()
+  int64_t every = 1;         // steps between metric records
+  std::string progress = "auto";  // auto | bar | plain | off
+  std::string level = "info";     // debug | info | warn | error | quiet
+};
+
+struct RunConfig {
+  RunSection run;
+  ModelSection model;
+  DataSection data;
+  RolloutSection rollout;
+  TrainSection train;
+  std::vector<RewardSpec> reward = {{"correct", 1.0}};  // [[reward]] entries replace this default
+  EvalSection eval;
+  CheckpointSection checkpoint;
+  LogSection log;
+
+  // Value checks; the message names the key and value ("train.lr = -1: must be > 0").
+  Status validate() const;
+};
+
+// Parses TOML text (source_name labels messages), applies `overrides`
+// ("a.b=value", parsed with the key's declared type) and validates. No file
+// system checks.
+Result<RunConfig> run_config_parse(const std::string& toml_text, const std::string& source_name,
+                                   const std::vector<std::string>& overrides = {});
+// Reads `path`, then as run_config_parse, then checks files (run_config_resolve_paths).
+Result<RunConfig> run_config_load(const std::string& path, const std::vector<std::string>& overrides = {});
+// Applies one "a.b=value" override (reward entries: "reward.<name>.<param>=v";
+// a name not configured yet adds that function with weight 1).
+Status run_config_set(RunConfig* cfg, const std::string& assignment);
+
+// Paths derived from a config; the config itself is never rewritten.
+struct RunPaths {
+  std::string model, tokenizer, train_data, eval_data, output_dir;
+};
+// Fills defaults (gsm8k -> data/gsm8k/*.jsonl under data_root, default ".")
+// and checks that every input exists: an error names the key and the path.
+Result<RunPaths> run_config_resolve_paths(const RunConfig& cfg, const std::string& data_root = ".");
+
+// Resolved config for the run directory. The TOML parses back to an equal config.
+std::string run_config_to_toml(const RunConfig& cfg);
+nlohmann::ordered_json run_config_to_json(const RunConfig& cfg);
+// Every settable key ("train.lr", ...), in declaration order.
+std::vector<std::string> run_config_keys();
+
+}  // namespace grpo

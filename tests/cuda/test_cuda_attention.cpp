@@ -1,0 +1,199 @@
+// CUDA vs CPU parity for attention: varlen forward (+lse) and backward, kv_cache_write,
+// paged attention in prefill and decode shape, and the on-policy property: the paged
+// and the packed forward give bit-identical outputs for the same q/k/v.
+#include "cuda_test_util.h"
+
+#ifdef GRPO_HAVE_CUDA
+#include <algorithm>
+#include <numeric>
+
+#include "kernels/attention.h"
+
+using namespace grpo;
+using namespace grpo::cudatest;
+
+namespace {
+
+struct Cfg {
+  std::vector<int32_t> lens;
+  int64_t Hq, Hkv, D;
+};
+
+std::string cfg_name(const Cfg& c, DType dt) {
+  std::string s = std::string("[") + dtype_name(dt) + " Hq=" + std::to_string(c.Hq) + " Hkv=" + std::to_string(c.Hkv) +
+                  " D=" + std::to_string(c.D) + " lens=";
+  for (int32_t l : c.lens) s += std::to_string(l) + ",";
+  return s + "]";
+}
+
+// max|got − ref| / max|ref| (NaN fails): for long bf16 reductions.
+::testing::AssertionResult close_norm(const std::string& name, const std::vector<float>& got,
+                                      const std::vector<float>& ref, double max_rel) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = std::fabs(double(got[i]) - double(ref[i]));
+    if (std::isnan(d)) return ::testing::AssertionFailure() << name << ": NaN at index " << i;
+    num = std::max(num, d);
+    den = std::max(den, std::fabs(double(ref[i])));
+  }
+  const double r = den > 0 ? num / den : num;
+  if (r <= max_rel) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << name << ": max|diff|/max|ref| = " << r << " > " << max_rel;
+}
+
+AttnVarlen make_varlen(const std::vector<int32_t>& lens) {
+  AttnVarlen m;
+  m.cu_seqlens.push_back(0);
+  for (int32_t l : lens) m.cu_seqlens.push_back(m.cu_seqlens.back() + l);
+  m.max_seqlen = *std::max_element(lens.begin(), lens.end());
+  m.cu_seqlens_dev = dev_int(m.cu_seqlens, DType::i32, {int64_t(m.cu_seqlens.size())});
+  return m;
+}
+
+const Cfg kCfgs[] = {
+    {{5, 300, 530}, 4, 2, 64},   // several 256-key partitions, G = 2
+    {{40, 7, 1}, 18, 2, 32},     // G = 9 > 8: two head groups per kv head
+    {{129, 3}, 8, 8, 128},       // G = 1, D = 128
+    {{17, 64}, 14, 2, 64},       // Qwen2.5-0.5B head layout (G = 7)
+};
+
+}  // namespace
+
+TEST(CudaAttention, VarlenForwardBackward) {
+  GRPO_SKIP_WITHOUT_CUDA();
+  uint32_t seed = 100;
+  for (const Cfg& c : kCfgs) {
+    AttnVarlen meta = make_varlen(c.lens);
+    const int64_t T = meta.cu_seqlens.back(), Hq = c.Hq, Hkv = c.Hkv, D = c.D;
+    for (DType dt : kDTypes) {
+      const std::string nm = cfg_name(c, dt);
+      auto q = rounded(randn(static_cast<size_t>(T * Hq * D), seed++), dt), k = rounded(randn(static_cast<size_t>(T * Hkv * D), seed++), dt);
+      auto v = rounded(randn(static_cast<size_t>(T * Hkv * D), seed++), dt), dout = rounded(randn(static_cast<size_t>(T * Hq * D), seed++), dt);
+      std::vector<float> out(q.size()), lse(static_cast<size_t>(Hq * T)), dq(q.size()), dk(k.size()), dv(k.size());
+      Tensor hq = host(q, {T, Hq, D}), hk = host(k, {T, Hkv, D}), hv = host(v, {T, Hkv, D}), ho = host(out, {T, Hq, D}),
+             hl = host(lse, {Hq, T}), hdo = host(dout, {T, Hq, D}), hdq = host(dq, {T, Hq, D}),
+             hdk = host(dk, {T, Hkv, D}), hdv = host(dv, {T, Hkv, D});
+      cpu::attention_forward(cpu_ctx(), ho, &hl, hq, hk, hv, meta);
+      cpu::attention_backward(cpu_ctx(), hdq, hdk, hdv, hdo, hq, hk, hv, ho, hl, meta);
+
+      Tensor gq = dev(q, dt, {T, Hq, D}), gk = dev(k, dt, {T, Hkv, D}), gv = dev(v, dt, {T, Hkv, D});
+      Tensor go = poisoned(dt, {T, Hq, D}), gl = poisoned(DType::f32, {Hq, T});
+      cuda::attention_forward(gpu_ctx(), go, &gl, gq, gk, gv, meta);
+      EXPECT_TRUE(close("attention_forward out " + nm, fetch(go), out, tol_reduce(dt)));
+      EXPECT_TRUE(close("attention_forward lse " + nm, fetch(gl), lse, Tol{1e-4, 1e-4}));
+
+      Tensor gdo = dev(dout, dt, {T, Hq, D});
+      Tensor gdq = poisoned(dt, {T, Hq, D}), gdk = poisoned(dt, {T, Hkv, D}), gdv = poisoned(dt, {T, Hkv, D});
+      cuda::attention_backward(gpu_ctx(), gdq, gdk, gdv, gdo, gq, gk, gv, go, gl, meta);
+      if (dt == DType::f32) {
+        EXPECT_TRUE(close("attention_backward dq " + nm, fetch(gdq), dq, Tol{1e-4, 1e-3}));
+        EXPECT_TRUE(close("attention_backward dk " + nm, fetch(gdk), dk, Tol{1e-4, 1e-3}));
+        EXPECT_TRUE(close("attention_backward dv " + nm, fetch(gdv), dv, Tol{1e-4, 1e-3}));
+      } else {  // bf16 out feeds Δ; compare whole-tensor relative error
+        EXPECT_TRUE(close_norm("attention_backward dq " + nm, fetch(gdq), dq, 2e-2));
+        EXPECT_TRUE(close_norm("attention_backward dk " + nm, fetch(gdk), dk, 2e-2));
+        EXPECT_TRUE(close_norm("attention_backward dv " + nm, fetch(gdv), dv, 2e-2));
+      }
+    }
+  }
+}
+
+TEST(CudaAttention, PagedMatchesCpuAndPackedBitwise) {
+  GRPO_SKIP_WITHOUT_CUDA();
+  uint32_t seed = 500;
+  for (const Cfg& c : kCfgs) {
+    AttnVarlen vl = make_varlen(c.lens);
+    const int64_t S = int64_t(c.lens.size()), T = vl.cu_seqlens.back(), Hq = c.Hq, Hkv = c.Hkv, D = c.D;
+    const int32_t bs = 16;
+    // Block tables with shuffled physical blocks; one spare block stays unused.
+    int64_t max_blocks = 0, n_blocks = 1;
+    for (int32_t l : c.lens) {
+      max_blocks = std::max<int64_t>(max_blocks, (l + bs - 1) / bs);
+      n_blocks += (l + bs - 1) / bs;
+    }
+    std::vector<int32_t> perm(static_cast<size_t>(n_blocks));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), std::mt19937(seed));
+    std::vector<int32_t> table(static_cast<size_t>(S * max_blocks), -1), tseq(static_cast<size_t>(T)), tpos(static_cast<size_t>(T)), slots(static_cast<size_t>(T) + 1);
+    int64_t next = 0;
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t b = 0; b < (c.lens[static_cast<size_t>(s)] + bs - 1) / bs; ++b) table[static_cast<size_t>(s * max_blocks + b)] = perm[static_cast<size_t>(next++)];
+    for (int64_t s = 0; s < S; ++s)
+      for (int32_t p = 0; p < c.lens[static_cast<size_t>(s)]; ++p) {
+        const int64_t t = vl.cu_seqlens[static_cast<size_t>(s)] + p;
+        tseq[static_cast<size_t>(t)] = int32_t(s);
+        tpos[static_cast<size_t>(t)] = p;
+        slots[static_cast<size_t>(t)] = table[static_cast<size_t>(s * max_blocks + p / bs)] * bs + p % bs;
+      }
+    slots[static_cast<size_t>(T)] = -1;  // an extra padding token: must not be written
+    for (DType dt : kDTypes) {
+      const std::string nm = cfg_name(c, dt);
+      auto q = rounded(randn(static_cast<size_t>(T * Hq * D), seed++), dt);
+      auto k = rounded(randn(static_cast<size_t>((T + 1) * Hkv * D), seed++), dt), v = rounded(randn(static_cast<size_t>((T + 1) * Hkv * D), seed++), dt);
+      auto cache0 = rounded(randn(static_cast<size_t>(n_blocks * bs * Hkv * D), seed++), dt);
+      std::vector<float> kc = cache0, vc = cache0;
+      PagedAttnMeta hm;
+      hm.block_size = bs;
+      hm.max_context = *std::max_element(c.lens.begin(), c.lens.end());
+      hm.token_seq = host_i32(tseq, {T});
+      hm.token_pos = host_i32(tpos, {T});
+      hm.block_table = host_i32(table, {S, max_blocks});
+      hm.slot_mapping = host_i32(slots, {T + 1});
+      Tensor hk = host(k, {T + 1, Hkv, D}), hv = host(v, {T + 1, Hkv, D});
+      Tensor hkc = host(kc, {n_blocks, bs, Hkv, D}), hvc = host(vc, {n_blocks, bs, Hkv, D});
+      cpu::kv_cache_write(cpu_ctx(), hkc, hvc, hk, hv, hm);
+      std::vector<float> out(q.size());
+      Tensor hq = host(q, {T, Hq, D}), ho = host(out, {T, Hq, D});
+      cpu::attention_paged(cpu_ctx(), ho, hq, hkc, hvc, hm);
+
+      PagedAttnMeta gm = hm;
+      gm.token_seq = dev_int(tseq, DType::i32, {T});
+      gm.token_pos = dev_int(tpos, DType::i32, {T});
+      gm.block_table = dev_int(table, DType::i32, {S, max_blocks});
+      gm.slot_mapping = dev_int(slots, DType::i32, {T + 1});
+      Tensor gk = dev(k, dt, {T + 1, Hkv, D}), gv = dev(v, dt, {T + 1, Hkv, D});
+      Tensor gkc = dev(cache0, dt, {n_blocks, bs, Hkv, D}), gvc = dev(cache0, dt, {n_blocks, bs, Hkv, D});
+      cuda::kv_cache_write(gpu_ctx(), gkc, gvc, gk, gv, gm);
+      EXPECT_TRUE(close("kv_cache_write k " + nm, fetch(gkc), kc, Tol{0, 0}));
+      EXPECT_TRUE(close("kv_cache_write v " + nm, fetch(gvc), vc, Tol{0, 0}));
+
+      Tensor gq = dev(q, dt, {T, Hq, D}), go = poisoned(dt, {T, Hq, D});
+      cuda::attention_paged(gpu_ctx(), go, gq, gkc, gvc, gm);
+      auto paged = fetch(go);
+      EXPECT_TRUE(close("attention_paged (prefill shape) " + nm, paged, out, tol_reduce(dt)));
+
+      // Packed forward over the same k/v rows: bit-identical to the paged result.
+      Tensor gk_packed = dev(std::vector<float>(k.begin(), k.end() - Hkv * D), dt, {T, Hkv, D});
+      Tensor gv_packed = dev(std::vector<float>(v.begin(), v.end() - Hkv * D), dt, {T, Hkv, D});
+      Tensor go2 = poisoned(dt, {T, Hq, D});
+      cuda::attention_forward(gpu_ctx(), go2, nullptr, gq, gk_packed, gv_packed, vl);
+      EXPECT_TRUE(close("paged vs packed forward, bitwise " + nm, fetch(go2), paged, Tol{0, 0}));
+
+      // Decode shape: the last token of each sequence only.
+      std::vector<int32_t> dseq, dpos;
+      std::vector<float> dq, dref;
+      for (int64_t s = 0; s < S; ++s) {
+        const int64_t t = vl.cu_seqlens[static_cast<size_t>(s) + 1] - 1;
+        dseq.push_back(int32_t(s));
+        dpos.push_back(tpos[static_cast<size_t>(t)]);
+        dq.insert(dq.end(), q.begin() + t * Hq * D, q.begin() + (t + 1) * Hq * D);
+        dref.insert(dref.end(), paged.begin() + t * Hq * D, paged.begin() + (t + 1) * Hq * D);
+      }
+      PagedAttnMeta dm = gm;
+      dm.token_seq = dev_int(dseq, DType::i32, {S});
+      dm.token_pos = dev_int(dpos, DType::i32, {S});
+      Tensor gdq = dev(dq, dt, {S, Hq, D}), gdo = poisoned(dt, {S, Hq, D});
+      cuda::attention_paged(gpu_ctx(), gdo, gdq, gkc, gvc, dm);
+      EXPECT_TRUE(close("attention_paged decode == prefill rows, bitwise " + nm, fetch(gdo), dref, Tol{0, 0}));
+      // An underestimated max_context must stay correct (the last partition takes the rest).
+      dm.max_context = 1;
+      Tensor gdo2 = poisoned(dt, {S, Hq, D});
+      cuda::attention_paged(gpu_ctx(), gdo2, gdq, gkc, gvc, dm);
+      EXPECT_TRUE(close("attention_paged max_context=1 " + nm, fetch(gdo2), dref, tol_reduce(dt)));
+    }
+  }
+}
+
+#else
+TEST(CudaAttention, NotBuilt) { GTEST_SKIP() << "built without CUDA"; }
+#endif

@@ -1,0 +1,106 @@
+// Shared helpers for the engine tests that run a model: the real stories260K
+// Llama (llama2.c checkpoint converted to an HF directory once per process) and
+// an independent greedy reference that recomputes the whole sequence with
+// transformer_forward at every step (no KV reuse, no scheduler, no sampler).
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/context.h"
+#include "model/checkpoint.h"
+#include "model/llama2c.h"
+#include "model/transformer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace grpo::test {
+
+inline std::string stories_dir() { return std::string(GRPO_SHARED_DIR) + "/data/models/stories260K"; }
+
+// The converted model and its tokenizer, loaded once.
+struct Stories {
+  ModelWeights w;
+  std::unique_ptr<Tokenizer> tok;  // null when the tokenizer failed to load (text tests skip)
+  std::string tok_error;
+  std::string dir;
+};
+
+inline Stories& stories() {
+  static Stories* s = [] {
+    auto* st = new Stories;
+    char tmpl[] = "/tmp/grpo_engine_test_XXXXXX";
+    const char* d = mkdtemp(tmpl);
+    GRPO_CHECK(d != nullptr);
+    st->dir = d;
+    Status cs = convert_llama2c(stories_dir() + "/stories260K.bin", stories_dir() + "/tok512.bin", st->dir);
+    GRPO_CHECK_MSG(cs.ok(), cs.message().c_str());
+    auto w = model_load(st->dir, Device::cpu, DType::f32);
+    GRPO_CHECK_MSG(w.ok(), w.status().message().c_str());
+    st->w = std::move(w).value();
+    auto t = Tokenizer::load(st->dir);
+    if (t.ok())
+      st->tok = std::make_unique<Tokenizer>(std::move(t).value());
+    else
+      st->tok_error = t.status().message();
+    return st;
+  }();
+  return *s;
+}
+
+inline std::vector<int32_t> read_ids(const std::string& path) {
+  std::vector<int32_t> ids;
+  FILE* f = std::fopen(path.c_str(), "r");
+  GRPO_CHECK(f != nullptr);
+  int v;
+  while (std::fscanf(f, "%d", &v) == 1) ids.push_back(v);
+  std::fclose(f);
+  return ids;
+}
+
+// Greedy continuation by full recompute; lp_raw receives log_softmax(z)[token] in double.
+inline std::vector<int32_t> reference_greedy(Context& ctx, const ModelWeights& w, std::vector<int32_t> seq,
+                                             int n_new, std::vector<double>* lp_raw = nullptr) {
+  const ModelConfig& cfg = w.config;
+  const int bs = 16, V = cfg.vocab_size;
+  std::vector<int32_t> out;
+  for (int step = 0; step < n_new; ++step) {
+    const int n = int(seq.size()), nb = (n + bs - 1) / bs;
+    KVCache cache = kv_cache_allocate(cfg, Device::cpu, DType::f32, nb, bs);
+    RopeTable rope = rope_table_build(cfg, Device::cpu, n);
+    ForwardScratch scratch = forward_scratch_allocate(cfg, Device::cpu, DType::f32, n, 1);
+    std::vector<int32_t> pos(size_t(n), 0), zeros(size_t(n), 0), table(size_t(nb), 0), last = {n - 1};
+    for (int i = 0; i < n; ++i) pos[size_t(i)] = i;
+    for (int b = 0; b < nb; ++b) table[size_t(b)] = b;
+    ForwardBatch batch;
+    batch.tokens = tensor_borrow(seq.data(), DType::i32, Device::cpu, {n});
+    batch.positions = tensor_borrow(pos.data(), DType::i32, Device::cpu, {n});
+    batch.attn.token_seq = tensor_borrow(zeros.data(), DType::i32, Device::cpu, {n});
+    batch.attn.token_pos = batch.positions;
+    batch.attn.block_table = tensor_borrow(table.data(), DType::i32, Device::cpu, {1, nb});
+    batch.attn.slot_mapping = batch.positions;  // blocks 0..nb-1 in order: slot = position
+    batch.attn.block_size = bs;
+    batch.attn.max_context = n;
+    batch.logit_rows = tensor_borrow(last.data(), DType::i32, Device::cpu, {1});
+    Tensor logits = tensor_empty(Device::cpu, DType::f32, {1, V});
+    transformer_forward(ctx, w, cache, rope, batch, scratch, logits);
+    const float* z = logits.ptr<float>();
+    int best = 0;
+    for (int i = 1; i < V; ++i)
+      if (z[i] > z[best]) best = i;
+    if (lp_raw) {
+      double m = z[best], s = 0;
+      for (int i = 0; i < V; ++i) s += std::exp(double(z[i]) - m);
+      lp_raw->push_back(double(z[best]) - m - std::log(s));
+    }
+    seq.push_back(best);
+    out.push_back(best);
+  }
+  return out;
+}
+
+}  // namespace grpo::test

@@ -1,0 +1,248 @@
+// Run config: strict TOML loading, error messages that name the key, --set
+// overrides with declared types, dump round trip, file checks.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <functional>
+#include <fstream>
+
+#include "train/run_config.h"
+
+namespace grpo {
+namespace {
+
+// Parse must fail and the message must contain every fragment.
+void expect_error(const std::string& toml, std::initializer_list<const char*> fragments,
+                  const std::vector<std::string>& overrides = {}) {
+  auto r = run_config_parse(toml, "cfg.toml", overrides);
+  ASSERT_FALSE(r.ok()) << "expected an error for:\n" << toml;
+  for (const char* f : fragments)
+    EXPECT_NE(r.status().message().find(f), std::string::npos) << "missing '" << f << "' in: " << r.status().message();
+}
+
+const char* kFull = R"(
+[run]
+output_dir = "runs/gsm8k"
+[model]
+path = "models/qwen"
+dtype = "bf16"
+device = "cuda:0"
+[data]
+env = "gsm8k"
+prompt_template = "Question: {question}\nAnswer:"
+use_chat_template = true
+system_prompt = "Think, then answer."
+eval_size = 200
+[data.arithmetic]
+difficulty = 2
+[rollout]
+num_generations = 16
+prompts_per_step = 4
+max_new_tokens = 512
+temperature = 0.9
+top_p = 0.95
+top_k = 50
+min_p = 0.05
+stop = ["</answer>"]
+[train]
+steps = 500
+lr = 1e-6
+lr_schedule = "cosine"
+warmup_steps = 10
+loss_type = "dr_grpo"
+beta = 0.04
+epsilon = 0.2
+epsilon_high = 0.28
+max_grad_norm = 1   # an integer is accepted for a float key
+importance_sampling = "token_truncate"
+mask_truncated_completions = true
+[[reward]]
+name = "correct"
+weight = 1.0
+[[reward]]
+name = "format_strict"
+weight = 0.2
+think_in_prompt = true
+[[reward]]
+name = "length_overlong"
+weight = 1
+max_len = 512
+cache_len = 128
+[eval]
+every = 50
+early_stopping_patience = 3
+[checkpoint]
+every = 100
+keep_last = 2
+[log]
+tensorboard = true
+plot_metrics = ["reward/mean", "eval/accuracy"]
+)";
+
+TEST(RunConfig, DefaultsAreValid) {
+  RunConfig c;
+  EXPECT_TRUE(c.validate().ok()) << c.validate().message();
+  auto r = run_config_parse("", "empty.toml");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(run_config_to_json(*r), run_config_to_json(c));
+  ASSERT_EQ(r->reward.size(), 1u);
+  EXPECT_EQ(r->reward[0].name, "correct");
+}
+
+TEST(RunConfig, ParsesEverySection) {
+  auto r = run_config_parse(kFull, "full.toml");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const RunConfig& c = *r;
+  EXPECT_EQ(c.run.output_dir, "runs/gsm8k");
+  EXPECT_EQ(c.model.device, "cuda:0");
+  EXPECT_EQ(c.data.env, "gsm8k");
+  EXPECT_EQ(c.data.prompt_template, "Question: {question}\nAnswer:");
+  EXPECT_TRUE(c.data.use_chat_template);
+  EXPECT_EQ(c.data.arithmetic.difficulty, 2);
+  EXPECT_EQ(c.rollout.num_generations, 16);
+  EXPECT_EQ(c.rollout.stop, std::vector<std::string>{"</answer>"});
+  EXPECT_DOUBLE_EQ(c.rollout.min_p, 0.05);
+  EXPECT_DOUBLE_EQ(c.train.lr, 1e-6);
+  EXPECT_DOUBLE_EQ(c.train.max_grad_norm, 1.0);
+  EXPECT_EQ(c.train.loss_type, "dr_grpo");
+  EXPECT_TRUE(c.train.mask_truncated_completions);
+  ASSERT_EQ(c.reward.size(), 3u);
+  EXPECT_EQ(c.reward[1].name, "format_strict");
+  EXPECT_DOUBLE_EQ(c.reward[1].weight, 0.2);
+  EXPECT_EQ(c.reward[1].params["think_in_prompt"], true);
+  EXPECT_EQ(c.reward[2].params["max_len"], 512);
+  EXPECT_EQ(c.eval.every, 50);
+  EXPECT_EQ(c.checkpoint.keep_last, 2);
+  EXPECT_TRUE(c.log.tensorboard);
+  EXPECT_EQ(c.log.plot_metrics.size(), 2u);
+}
+
+TEST(RunConfig, UnknownKeysAndSections) {
+  expect_error("[train]\nlr = 1e-5\nlrr = 1e-5\n", {"cfg.toml:3:", "unknown key 'lrr' in section [train]", "valid keys:", "lr, lr_schedule"});
+  expect_error("[data.arithmetic]\ndifficulti = 1\n", {"unknown key 'difficulti' in section [data.arithmetic]", "difficulty"});
+  expect_error("[data.arith]\ndifficulty = 1\n", {"unknown key 'arith' in section [data]", "arithmetic.*"});
+  expect_error("[trian]\nsteps = 1\n", {"unknown section [trian]", "valid sections: run, model, data, rollout, train"});
+  expect_error("steps = 1\n", {"unknown section [steps]"});
+  expect_error("[[reward]]\nname = \"correct\"\nscale = 2\n", {"reward[0]", "unknown parameter 'scale'"});
+}
+
+TEST(RunConfig, WrongTypesNameKeyAndValue) {
+  expect_error("[train]\nlr = \"fast\"\n", {"cfg.toml:2:", "train.lr = \"fast\": expected a number"});
+  expect_error("[train]\nsteps = 1.5\n", {"train.steps = 1.5: expected an integer"});
+  expect_error("[eval]\ngreedy = 1\n", {"eval.greedy = 1: expected a boolean"});
+  expect_error("[model]\npath = 3\n", {"model.path = 3: expected a string"});
+  expect_error("[rollout]\nstop = \"x\"\n", {"rollout.stop = \"x\": expected an array of strings"});
+  expect_error("[rollout]\nstop = [1]\n", {"rollout.stop", "expected an array of strings"});
+  expect_error("[train]\nlr = nan\n", {"train.lr = nan: must be a finite number"});
+  expect_error("[[reward]]\nname = \"length_linear\"\ntarget = \"long\"\n", {"reward[0]", "target = \"long\": expected a number"});
+  expect_error("[[reward]]\nweight = 1\n", {"reward[0]", "missing key 'name'"});
+  expect_error("[[reward]]\nname = \"corect\"\n", {"unknown reward function 'corect'"});
+  expect_error("reward = 3\n", {"[[reward]]"});
+  expect_error("[train\nlr = 1\n", {"cfg.toml:1:", "TOML syntax error"});
+}
+
+TEST(RunConfig, OutOfRangeValuesNameKeyAndValue) {
+  expect_error("[train]\nlr = -1\n", {"train.lr = -1: must be > 0"});
+  expect_error("[rollout]\ntop_p = 1.5\n", {"rollout.top_p = 1.5: must be in (0, 1]"});
+  expect_error("[rollout]\nnum_generations = 1\n", {"rollout.num_generations = 1: must be >= 2"});
+  expect_error("[train]\nloss_type = \"ppo\"\n", {"train.loss_type = \"ppo\": must be one of grpo, bnpo, dr_grpo, dapo"});
+  expect_error("[train]\nepsilon = 0.2\nepsilon_high = 0.1\n", {"train.epsilon_high = 0.1"});
+  expect_error("[model]\ndevice = \"gpu\"\n", {"model.device = \"gpu\""});
+  expect_error("[data]\nenv = \"jsonl\"\n", {"data.train_path", "required when data.env = \"jsonl\""});
+  expect_error("[data]\nprompt_template = \"{q}\"\n", {"data.prompt_template", "unknown placeholder '{q}'"});
+  expect_error("[data.arithmetic]\ndifficulty = 7\n", {"data.arithmetic.difficulty = 7: must be 0..3"});
+  expect_error("[eval]\nearly_stopping_patience = 2\n", {"eval.early_stopping_patience = 2: needs eval.every > 0"});
+  expect_error("[[reward]]\nname = \"length_overlong\"\nmax_len = 10\ncache_len = 20\n", {"cache_len = 20"});
+}
+
+TEST(RunConfig, OverridesUseDeclaredTypes) {
+  auto r = run_config_parse(kFull, "full.toml",
+                            {"train.lr=1e-5", "train.steps = 70", "model.path=/abs/model dir", "rollout.stop=</answer>,\\n\\n",
+                             "eval.greedy=false", "data.system_prompt=\"quoted\"", "log.plot_metrics=[\"loss\"]",
+                             "reward.format_soft.weight=0.5", "reward.length_overlong.max_len=1024", "reward.correct.weight=2"});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_DOUBLE_EQ(r->train.lr, 1e-5);
+  EXPECT_EQ(r->train.steps, 70);
+  EXPECT_EQ(r->model.path, "/abs/model dir");
+  EXPECT_EQ(r->rollout.stop, (std::vector<std::string>{"</answer>", "\\n\\n"}));
+  EXPECT_FALSE(r->eval.greedy);
+  EXPECT_EQ(r->data.system_prompt, "quoted");
+  EXPECT_EQ(r->log.plot_metrics, std::vector<std::string>{"loss"});
+  ASSERT_EQ(r->reward.size(), 4u);  // format_soft was added
+  EXPECT_EQ(r->reward[3].name, "format_soft");
+  EXPECT_DOUBLE_EQ(r->reward[3].weight, 0.5);
+  EXPECT_EQ(r->reward[2].params["max_len"], 1024);
+  EXPECT_DOUBLE_EQ(r->reward[0].weight, 2.0);
+
+  expect_error("", {"--set train.steps=abc", "train.steps", "is not an integer"}, {"train.steps=abc"});
+  expect_error("", {"train.steps = 2.5: expected an integer"}, {"train.steps=2.5"});
+  expect_error("", {"unknown key 'lrr' in section [train]"}, {"train.lrr=1"});
+  expect_error("", {"unknown section [trian]"}, {"trian.lr=1"});
+  expect_error("", {"expected key=value"}, {"train.lr"});
+  expect_error("", {"train.lr = -0.5: must be > 0"}, {"train.lr=-0.5"});  // overrides are validated too
+  expect_error("", {"unknown parameter 'maxlen'"}, {"reward.length_overlong.maxlen=3"});
+  expect_error("", {"unknown reward function 'nope'"}, {"reward.nope.weight=1"});
+  expect_error("", {"reward weight must be a number"}, {"reward.correct.weight=heavy"});
+}
+
+TEST(RunConfig, DumpRoundTrip) {
+  auto r = run_config_parse(kFull, "full.toml", {"train.lr=3.3e-7", "rollout.temperature=0.7"});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  std::string toml = run_config_to_toml(*r);
+  EXPECT_NE(toml.find("[[reward]]"), std::string::npos) << toml;
+  EXPECT_NE(toml.find("[data.arithmetic]"), std::string::npos) << toml;
+  auto back = run_config_parse(toml, "dumped.toml");
+  ASSERT_TRUE(back.ok()) << back.status().message() << "\n" << toml;
+  EXPECT_EQ(run_config_to_json(*back), run_config_to_json(*r)) << toml;
+  auto j = run_config_to_json(*r);
+  EXPECT_EQ(j["train"]["loss_type"], "dr_grpo");
+  EXPECT_EQ(j["data"]["arithmetic"]["difficulty"], 2);
+  EXPECT_EQ(j["reward"][2]["cache_len"], 128);
+  // Every settable key appears once in the dump (leaves outside [[reward]]).
+  size_t leaves = 0;
+  std::function<void(const nlohmann::ordered_json&)> walk = [&](const nlohmann::ordered_json& o) {
+    for (auto it = o.begin(); it != o.end(); ++it) {
+      if (it.key() == "reward") continue;
+      if (it->is_object()) walk(*it);
+      else ++leaves;
+    }
+  };
+  walk(j);
+  EXPECT_EQ(run_config_keys().size(), leaves);
+  EXPECT_GT(leaves, 60u);
+}
+
+TEST(RunConfig, FilesMustExist) {
+  auto missing = run_config_load("/nonexistent/cfg.toml");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("/nonexistent/cfg.toml"), std::string::npos);
+
+  std::string dir = testing::TempDir() + "cfg_files";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/model");
+  std::string cfg = dir + "/c.toml";
+  std::ofstream(cfg) << "[data]\nenv = \"jsonl\"\ntrain_path = \"" << dir << "/none.jsonl\"\n";
+  auto r = run_config_load(cfg);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("data.train_path = \"" + dir + "/none.jsonl\": no such file"), std::string::npos)
+      << r.status().message();
+
+  std::ofstream(cfg) << "[model]\npath = \"" << dir << "/model\"\n";
+  r = run_config_load(cfg);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("has no config.json"), std::string::npos) << r.status().message();
+  std::ofstream(dir + "/model/config.json") << "{}";
+  r = run_config_load(cfg);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+
+  // gsm8k defaults resolve to the shipped files.
+  RunConfig g;
+  g.data.env = "gsm8k";
+  auto p = run_config_resolve_paths(g, GRPO_SOURCE_DIR);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p->train_data, std::string(GRPO_SOURCE_DIR) + "/data/gsm8k/train.jsonl");
+  EXPECT_FALSE(run_config_resolve_paths(g, "/nonexistent").ok());
+}
+
+}  // namespace
+}  // namespace grpo
