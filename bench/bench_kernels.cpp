@@ -53,6 +53,7 @@ namespace {
 // Median milliseconds per call of fn(i) over repeats of `iters` calls.
 double time_ms(Context& ctx, const std::function<void(int)>& fn, int iters = 20, int repeats = 7) {
   auto st = static_cast<cudaStream_t>(ctx.stream());
+  BENCH_CUDA(cudaDeviceSynchronize());  // uploads ran on the legacy stream
   for (int i = 0; i < 3; ++i) fn(i);
   BENCH_CUDA(cudaStreamSynchronize(st));
   cudaEvent_t a, b;

@@ -117,7 +117,7 @@ int run(const Args& a) {
               a.epochs, (long long)sched.total_steps, a.batch_size, a.lr, lr_schedule_name(sched.type),
               (long long)sched.warmup_steps, a.device.c_str(), dts.c_str());
   std::mt19937_64 rng(a.seed);
-  std::vector<int64_t> order(size_t(n));
+  std::vector<int64_t> order(static_cast<size_t>(n));
   int64_t step = 0;
   const double t_start = now_seconds();
   for (int ep = 0; ep < a.epochs; ++ep) {

@@ -141,6 +141,7 @@ RowSampling Engine::row_sampling(const Sequence& s) const {
 std::vector<RequestOutput> Engine::step() {
   std::vector<RequestOutput> done;
   SchedulerOutput out = scheduler_->schedule();
+  if (out.empty() && !out.preempted.empty()) out = scheduler_->schedule();  // admissions wait a pass after preemption
   if (out.empty()) {
     GRPO_CHECK_MSG(!scheduler_->has_work(), "engine: requests are queued but none can be scheduled");
     return done;

@@ -8,6 +8,8 @@
 // on preemption or on prefix-cache hits, provided the kernels are batch-invariant
 // (the CPU fp32 backend is; tests/engine checks it).
 //
+// Not thread-safe: one thread drives add_request / step / generate.
+//
 // Completion ids include the token that ended the sample (EOS, a stop id, or
 // the token that completed a stop string) with its logprobs: the trainer must
 // see it. `text` excludes EOS/special tokens and is cut before a stop string.

@@ -215,9 +215,14 @@ std::optional<Number> parse_signed(std::string_view s, size_t* p) {
 
 std::string answer_normalize(std::string_view text) {
   std::string s = trim(text);
-  // Peel whole-string wrappers until none applies.
+  auto strip_trailing_punct = [&s]() {
+    while (!s.empty() && (std::string_view(".,;:!?").find(s.back()) != std::string_view::npos || is_space(s.back())))
+      s.pop_back();
+  };
+  // Peel whole-string wrappers (and trailing punctuation after them) until none applies.
   for (bool changed = true; changed;) {
     changed = false;
+    strip_trailing_punct();
     for (std::string_view cmd : {"\\boxed", "\\fbox", "\\text", "\\textbf", "\\mathrm", "\\mbox"}) {
       if (auto in = unwrap_command(s, cmd)) {
         s = trim(*in);
@@ -246,8 +251,7 @@ std::string answer_normalize(std::string_view text) {
       {"\\dfrac", "\\frac"}, {"\\tfrac", "\\frac"}};
   for (const auto& [from, to] : kRepl) replace_all(&s, from, to);
   s = trim(s);
-  while (!s.empty() && (std::string_view(".,;:!?").find(s.back()) != std::string_view::npos || is_space(s.back())))
-    s.pop_back();
+  strip_trailing_punct();
   for (std::string_view cur : {"USD", "EUR", "GBP"}) {
     if (s.compare(0, cur.size(), cur) == 0 && s.size() > cur.size() && (is_space(s[cur.size()]) || is_digit(s[cur.size()])))
       s = trim(s.substr(cur.size()));

@@ -73,6 +73,8 @@ const std::vector<std::string>& tokenizer_file_names() {
 
 Result<ModelWeights> model_load(const std::string& dir, Device dev, DType dt, Context* ctx) {
   if (!is_float(dt)) return error_status(std::string("model_load: target dtype must be f32, bf16 or f16, not ") + dtype_name(dt));
+  if (dev != Device::cpu && !cuda_available())
+    return error_status("model_load: a CUDA device was requested but this build or machine has none");
   GRPO_ASSIGN_OR_RETURN(ModelConfig cfg, model_config_load(dir + "/config.json"));
   if (cfg.sliding_window > 0)
     GRPO_LOG_WARN("%s: config.json sets sliding_window=%d, which attention does not apply yet; outputs for "
@@ -126,7 +128,6 @@ Result<ModelWeights> model_load(const std::string& dir, Device dev, DType dt, Co
     else body(0, int64_t(n));
   }
   if (dev == Device::cpu) return host;
-  if (!cuda_available()) return error_status("model_load: a CUDA device was requested but none is available");
   ModelWeights w = weights_allocate(cfg, dev, dt);
   tensor_copy(w.arena, host.arena);
   return w;

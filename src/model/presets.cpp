@@ -199,12 +199,13 @@ Result<TokenizerInfo> tokenizer_info(const std::string& dir) {
   json tj = json::parse(text, nullptr, false);
   if (tj.is_discarded() || !tj.is_object()) return error_status(dir + "/tokenizer.json: malformed JSON");
   std::map<std::string, int> ids;
-  if (tj.contains("model") && tj["model"].contains("vocab") && tj["model"]["vocab"].is_object())
+  if (tj.contains("model") && tj["model"].is_object() && tj["model"].contains("vocab") && tj["model"]["vocab"].is_object())
     for (auto it = tj["model"]["vocab"].begin(); it != tj["model"]["vocab"].end(); ++it)
       if (it->is_number_integer()) ids[it.key()] = it->get<int>();
   if (tj.contains("added_tokens") && tj["added_tokens"].is_array())
     for (const auto& a : tj["added_tokens"])
-      if (a.contains("id") && a.contains("content") && a["content"].is_string())
+      if (a.is_object() && a.contains("id") && a["id"].is_number_integer() && a.contains("content") &&
+          a["content"].is_string())
         ids[a["content"].get<std::string>()] = a["id"].get<int>();
   for (const auto& [s, id] : ids) info.n_tokens = std::max(info.n_tokens, id + 1);
   if (info.n_tokens == 0) return error_status(dir + "/tokenizer.json: no vocabulary found");
@@ -214,7 +215,9 @@ Result<TokenizerInfo> tokenizer_info(const std::string& dir) {
     auto lookup = [&](const char* key) -> int {
       if (c.is_discarded() || !c.contains(key)) return -1;
       const json& v = c[key];
-      std::string s = v.is_string() ? v.get<std::string>() : (v.is_object() && v.contains("content")) ? v["content"].get<std::string>() : "";
+      std::string s;
+      if (v.is_string()) s = v.get<std::string>();
+      else if (v.is_object() && v.contains("content") && v["content"].is_string()) s = v["content"].get<std::string>();
       auto it = ids.find(s);
       return it == ids.end() ? -1 : it->second;
     };

@@ -1,157 +1,12 @@
-// Jinja subset: lexer (with HF's trim_blocks + lstrip_blocks whitespace rules, as
-// jinja2 applies them) and recursive-descent parser with jinja2's precedence:
+// Jinja subset parser: recursive descent over jinja_lex.cpp's tokens, with jinja2's precedence:
 // cond-expr < or < and < not < compare < +,- < ~ < *,/,//,% < ** < unary < filters/tests.
 #include <cstring>
 
-#include "tokenizer/jinja.h"
-#include "tokenizer/unicode.h"
+#include "tokenizer/jinja_lex.h"
 
 namespace grpo::jinja {
 
 namespace {
-
-struct Tok {
-  enum Kind { text, var_begin, var_end, block_begin, block_end, name, str, num_int, num_float, op, eof } kind;
-  std::string s;
-  int64_t i = 0;
-  double f = 0;
-  int line = 0;
-};
-
-[[noreturn]] void fail(int line, const std::string& msg) {
-  throw TemplateError("chat template: " + msg + " at line " + std::to_string(line));
-}
-
-int line_of(const std::string& src, size_t pos) {
-  int l = 1;
-  for (size_t k = 0; k < pos && k < src.size(); ++k) l += src[k] == '\n';
-  return l;
-}
-
-std::string unescape(const std::string& s, int line) {  // Python unicode-escape
-  std::string out;
-  for (size_t k = 0; k < s.size(); ++k) {
-    if (s[k] != '\\' || k + 1 == s.size()) { out += s[k]; continue; }
-    char c = s[++k];
-    switch (c) {
-      case 'n': out += '\n'; break;
-      case 't': out += '\t'; break;
-      case 'r': out += '\r'; break;
-      case '0': out += '\0'; break;
-      case 'a': out += '\a'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'v': out += '\v'; break;
-      case '\\': case '\'': case '"': out += c; break;
-      case 'x': case 'u': case 'U': {
-        size_t n = c == 'x' ? 2 : c == 'u' ? 4 : 8;
-        if (k + n >= s.size()) fail(line, "truncated \\" + std::string(1, c) + " escape");
-        utf8_append(out, uint32_t(std::stoul(s.substr(k + 1, n), nullptr, 16)));
-        k += n;
-        break;
-      }
-      case '\n': break;
-      default: out += '\\'; out += c;
-    }
-  }
-  return out;
-}
-
-std::vector<Tok> lex(std::string src) {
-  // jinja2 normalizes newlines to \n and drops one trailing newline (keep_trailing_newline=False).
-  std::string norm;
-  for (size_t k = 0; k < src.size(); ++k) {
-    if (src[k] == '\r') { norm += '\n'; if (k + 1 < src.size() && src[k + 1] == '\n') ++k; }
-    else norm += src[k];
-  }
-  if (!norm.empty() && norm.back() == '\n') norm.pop_back();
-  src.swap(norm);
-  std::vector<Tok> toks;
-  size_t pos = 0;
-  bool strip_next = false;  // the previous tag ended with '-'
-  while (pos < src.size()) {
-    size_t q = pos;
-    while ((q = src.find('{', q)) != std::string::npos && (q + 1 >= src.size() || !std::strchr("{%#", src[q + 1]))) ++q;
-    size_t text_end = q == std::string::npos ? src.size() : q;
-    std::string text = src.substr(pos, text_end - pos);
-    if (strip_next) text.erase(0, text.find_first_not_of(" \t\n\r\f\v") == std::string::npos ? text.size() : text.find_first_not_of(" \t\n\r\f\v"));
-    strip_next = false;
-    if (q != std::string::npos) {
-      char kind = src[q + 1];
-      char mod = q + 2 < src.size() ? src[q + 2] : 0;
-      if (mod == '-') {
-        size_t e = text.find_last_not_of(" \t\n\r\f\v");
-        text.erase(e == std::string::npos ? 0 : e + 1);
-      } else if (kind != '{' && mod != '+') {  // lstrip_blocks: only whitespace since the line start
-        size_t l = text.rfind('\n');
-        size_t from = l == std::string::npos ? 0 : l + 1;
-        bool line_start = l != std::string::npos || pos == 0 || src[pos - 1] == '\n';
-        if (line_start && text.find_first_not_of(" \t\r\f\v", from) == std::string::npos) text.erase(from);
-      }
-    }
-    if (!text.empty()) toks.push_back({Tok::text, text, 0, 0, line_of(src, pos)});
-    if (q == std::string::npos) break;
-    char kind = src[q + 1];
-    int line = line_of(src, q);
-    pos = q + 2;
-    if (pos < src.size() && (src[pos] == '-' || src[pos] == '+')) ++pos;
-    bool block = kind != '{';
-    if (kind == '#') {
-      size_t e = src.find("#}", pos);
-      if (e == std::string::npos) fail(line, "unterminated comment");
-      strip_next = e > pos && src[e - 1] == '-';
-      pos = e + 2;
-      if (!strip_next && pos < src.size() && src[pos] == '\n') ++pos;  // trim_blocks
-      continue;
-    }
-    toks.push_back({block ? Tok::block_begin : Tok::var_begin, "", 0, 0, line});
-    const char* close = block ? "%}" : "}}";
-    for (;;) {
-      while (pos < src.size() && std::strchr(" \t\n\r", src[pos])) ++pos;
-      if (pos >= src.size()) fail(line, std::string("unterminated ") + (block ? "{% tag" : "{{ tag"));
-      int tl = line_of(src, pos);
-      if (src.compare(pos, 2, close) == 0 || (src[pos] == '-' && src.compare(pos + 1, 2, close) == 0)) {
-        strip_next = src[pos] == '-';
-        pos += strip_next ? 3 : 2;
-        if (block && !strip_next && pos < src.size() && src[pos] == '\n') ++pos;  // trim_blocks
-        toks.push_back({block ? Tok::block_end : Tok::var_end, "", 0, 0, tl});
-        break;
-      }
-      char c = src[pos];
-      if (std::isalpha(uint8_t(c)) || c == '_') {
-        size_t e = pos;
-        while (e < src.size() && (std::isalnum(uint8_t(src[e])) || src[e] == '_')) ++e;
-        toks.push_back({Tok::name, src.substr(pos, e - pos), 0, 0, tl});
-        pos = e;
-      } else if (std::isdigit(uint8_t(c))) {
-        size_t e = pos;
-        while (e < src.size() && (std::isdigit(uint8_t(src[e])) || src[e] == '_')) ++e;
-        bool is_float = e + 1 < src.size() && src[e] == '.' && std::isdigit(uint8_t(src[e + 1]));
-        if (is_float) { ++e; while (e < src.size() && std::isdigit(uint8_t(src[e]))) ++e; }
-        std::string num = src.substr(pos, e - pos);
-        Tok t{is_float ? Tok::num_float : Tok::num_int, num, 0, 0, tl};
-        if (is_float) t.f = std::stod(num); else t.i = std::stoll(num);
-        toks.push_back(t);
-        pos = e;
-      } else if (c == '\'' || c == '"') {
-        size_t e = pos + 1;
-        while (e < src.size() && src[e] != c) e += src[e] == '\\' ? 2 : 1;
-        if (e >= src.size()) fail(tl, "unterminated string");
-        toks.push_back({Tok::str, unescape(src.substr(pos + 1, e - pos - 1), tl), 0, 0, tl});
-        pos = e + 1;
-      } else {
-        static const char* two[] = {"==", "!=", "<=", ">=", "//", "**"};
-        std::string o(1, c);
-        for (const char* t : two) if (src.compare(pos, 2, t) == 0) o = t;
-        if (o.size() == 1 && !std::strchr("+-*/%~<>()[]{}.,:|=", c)) fail(tl, std::string("unexpected character '") + c + "'");
-        toks.push_back({Tok::op, o, 0, 0, tl});
-        pos += o.size();
-      }
-    }
-  }
-  toks.push_back({Tok::eof, "", 0, 0, line_of(src, src.size())});
-  return toks;
-}
 
 class Parser {
  public:
@@ -172,16 +27,16 @@ class Parser {
   bool is_op(const char* o, size_t k = 0) const { return peek(k).kind == Tok::op && peek(k).s == o; }
   bool is_name(const char* n, size_t k = 0) const { return peek(k).kind == Tok::name && peek(k).s == n; }
   void expect_op(const char* o) {
-    if (!is_op(o)) fail(peek().line, std::string("expected '") + o + "'" + got());
+    if (!is_op(o)) fail_at(peek().line, std::string("expected '") + o + "'" + got());
     next();
   }
   std::string got() const { return peek().s.empty() ? "" : " but found '" + peek().s + "'"; }
   void expect(Tok::Kind k, const char* what) {
-    if (peek().kind != k) fail(peek().line, std::string("expected ") + what + got());
+    if (peek().kind != k) fail_at(peek().line, std::string("expected ") + what + got());
     next();
   }
   std::string expect_name() {
-    if (peek().kind != Tok::name) fail(peek().line, "expected a name" + got());
+    if (peek().kind != Tok::name) fail_at(peek().line, "expected a name" + got());
     return next().s;
   }
 
@@ -200,7 +55,7 @@ class Parser {
     for (;;) {
       const Tok& tk = peek();
       if (tk.kind == Tok::eof) {
-        if (!ends.empty()) fail(tk.line, "missing {% " + ends.back() + " %}");
+        if (!ends.empty()) fail_at(tk.line, "missing {% " + ends.back() + " %}");
         return body;
       }
       if (tk.kind == Tok::text) {
@@ -252,11 +107,11 @@ class Parser {
       s->type = Stmt::for_;
       s->targets.push_back(expect_name());
       while (is_op(",")) { next(); s->targets.push_back(expect_name()); }
-      if (!is_name("in")) fail(peek().line, "expected 'in'" + got());
+      if (!is_name("in")) fail_at(peek().line, "expected 'in'" + got());
       next();
       s->expr = parse_or();
       if (is_name("if")) { next(); s->filter = parse_or(); }
-      if (is_name("recursive")) fail(line, "chat template uses unsupported recursive for-loop");
+      if (is_name("recursive")) fail_at(line, "chat template uses unsupported recursive for-loop");
       expect(Tok::block_end, "'%}'");
       s->body = parse_body({"else", "endfor"}, &end);
       if (end == "else") {
@@ -267,11 +122,11 @@ class Parser {
       s->type = Stmt::set;
       s->targets.push_back(expect_name());
       if (is_op(".")) { next(); s->targets.push_back(expect_name()); }
-      if (!is_op("=")) fail(line, "chat template uses unsupported block or tuple {% set %}");
+      if (!is_op("=")) fail_at(line, "chat template uses unsupported block or tuple {% set %}");
       next();
       s->expr = parse_expr();
     } else {
-      fail(line, "chat template uses unsupported {% " + kw + " %}");
+      fail_at(line, "chat template uses unsupported {% " + kw + " %}");
     }
     expect(Tok::block_end, "'%}'");
     return s;
@@ -453,7 +308,7 @@ class Parser {
       case Tok::op:
         if (t.s == "(") {
           ExprPtr e = parse_expr();
-          if (is_op(",")) fail(t.line, "chat template uses unsupported tuple literal");
+          if (is_op(",")) fail_at(t.line, "chat template uses unsupported tuple literal");
           expect_op(")");
           return e;
         }
@@ -477,7 +332,7 @@ class Parser {
         break;
       default: break;
     }
-    fail(t.line, "unexpected '" + t.s + "' in expression");
+    fail_at(t.line, "unexpected '" + t.s + "' in expression");
   }
 };
 

@@ -54,10 +54,11 @@ Result<std::shared_ptr<Regex>> Regex::compile(const std::string& pattern, bool l
                         reinterpret_cast<char*>(buf));
   }
   // Without JIT pcre2_match() still works (slower); JIT can be missing on some builds.
-  (void)pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
+  bool jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
   std::shared_ptr<Regex> re(new Regex());
   re->pattern_ = pattern;
   re->code_ = code;
+  re->jit_ = jit;
   return re;
 }
 
@@ -85,7 +86,8 @@ void Regex::find_all(std::string_view s, std::vector<std::pair<uint32_t, uint32_
   auto subj = reinterpret_cast<PCRE2_SPTR>(s.data());
   PCRE2_SIZE pos = 0;
   while (pos < s.size()) {
-    int rc = pcre2_match(code, subj, s.size(), pos, 0, st.md, st.mctx);
+    int rc = jit_ ? pcre2_jit_match(code, subj, s.size(), pos, 0, st.md, st.mctx)
+                  : pcre2_match(code, subj, s.size(), pos, 0, st.md, st.mctx);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     GRPO_CHECK_MSG(rc >= 0, "pcre2_match failed (e.g. JIT stack exhausted)");
     PCRE2_SIZE* ov = pcre2_get_ovector_pointer(st.md);

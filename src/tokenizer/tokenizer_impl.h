@@ -19,9 +19,11 @@
 
 namespace grpo {
 
+// Transparent hash for string_view lookups. Deliberately not noexcept: libstdc++ then
+// stores each node's hash, so a lookup does not re-hash every key in the bucket chain.
 struct StrHash {
   using is_transparent = void;
-  size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
 };
 using StrMap = std::unordered_map<std::string, int, StrHash, std::equal_to<>>;
 
@@ -39,6 +41,7 @@ class Regex {
   Regex() = default;
   std::string pattern_;
   void* code_ = nullptr;  // pcre2_code*
+  bool jit_ = false;      // JIT-compiled: matched with pcre2_jit_match (no per-call checks)
 };
 
 // Rewrites HF (Oniguruma) regex syntax where PCRE2 differs: \s and \S also cover U+0085.

@@ -153,17 +153,11 @@ Status parse_decoder(const json& d, const std::string& file, DecoderSpec& spec, 
   return ok_status();
 }
 
-Status parse_post_processor(const json& p, const std::string& file, const StrMap& ids, TokenizerImpl& t) {
+Status parse_post_processor(const json& p, const std::string& file, TokenizerImpl& t) {
   if (p.is_null()) return ok_status();
   std::string type = p.value("type", "");
-  auto id_of = [&](const std::string& tok, int* id) {
-    auto it = ids.find(tok);
-    if (it == ids.end()) return error_status(file + ": post_processor token '" + tok + "' is not in the vocabulary");
-    *id = it->second;
-    return ok_status();
-  };
   if (type == "Sequence") {
-    for (const json& s : p["processors"]) GRPO_TRY(parse_post_processor(s, file, ids, t));
+    for (const json& s : p["processors"]) GRPO_TRY(parse_post_processor(s, file, t));
   } else if (type == "ByteLevel") {
     // offsets only
   } else if (type == "TemplateProcessing") {
@@ -179,7 +173,6 @@ Status parse_post_processor(const json& p, const std::string& file, const StrMap
   } else {
     return unsupported("post_processor type '" + type + "'", file);
   }
-  (void)id_of;
   return ok_status();
 }
 
@@ -211,6 +204,7 @@ Status load_tokenizer_json(const std::string& file, TokenizerImpl& t, ModelFiles
         return unsupported(std::string("BPE ") + k, file);
     if (!j.value("truncation", json()).is_null() || !j.value("padding", json()).is_null())
       GRPO_LOG_WARN("%s: truncation/padding settings are ignored (encode() never truncates or pads)", file.c_str());
+    mf.vocab.reserve(m["vocab"].size());
     for (auto it = m["vocab"].begin(); it != m["vocab"].end(); ++it) mf.vocab.emplace_back(it.key(), it.value().get<int>());
     for (const json& mg : m["merges"]) {
       if (mg.is_string()) {
@@ -236,10 +230,7 @@ Status load_tokenizer_json(const std::string& file, TokenizerImpl& t, ModelFiles
     mf.decode_byte_fallback = dec.byte_fallback;
     mf.decode_replace = dec.replace;
     t.decode_strip_left = dec.strip_left;
-    StrMap ids;
-    for (auto& [tok, id] : mf.vocab) ids.emplace(tok, id);
-    for (auto& a : t.added) ids.insert_or_assign(a.content, a.id);
-    GRPO_TRY(parse_post_processor(j.value("post_processor", json()), file, ids, t));
+    GRPO_TRY(parse_post_processor(j.value("post_processor", json()), file, t));
   } catch (const json::exception& e) {
     return error_status(file + ": unexpected tokenizer.json structure: " + e.what());
   }

@@ -5,7 +5,10 @@
 #include <filesystem>
 #include <sstream>
 
+#include "core/log.h"
+#include "env/arithmetic.h"
 #include "env/dataset.h"
+#include "env/gsm8k.h"
 
 namespace grpo {
 
@@ -169,6 +172,52 @@ Result<RunPaths> run_config_resolve_paths(const RunConfig& cfg, const std::strin
   if (!p.train_data.empty()) GRPO_TRY(need("data.train_path", p.train_data));
   if (!p.eval_data.empty()) GRPO_TRY(need("data.eval_path", p.eval_data));
   return p;
+}
+
+namespace {
+
+void warn_skipped(const Dataset& d) {
+  if (d.report.n_bad > 0) GRPO_LOG_WARN("%s", jsonl_report_summary(d.name, d.report).c_str());
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Environment>> run_config_make_env(const RunConfig& cfg, const RunPaths& paths) {
+  const DataSection& d = cfg.data;
+  JsonlOptions jo;
+  jo.on_bad_line = d.on_bad_line == "skip" ? BadLinePolicy::skip : BadLinePolicy::fail;
+  if (d.env == "arithmetic") {
+    ArithmeticConfig ac;
+    ac.seed = static_cast<uint64_t>(d.seed);
+    ac.difficulty = static_cast<int>(d.arithmetic.difficulty);
+    ac.style = d.arithmetic.style == "verbose"      ? ArithmeticStyle::verbose
+               : d.arithmetic.style == "expression" ? ArithmeticStyle::expression
+                                                    : ArithmeticStyle::compact;
+    ac.train_size = static_cast<size_t>(d.arithmetic.train_size);
+    ac.test_size = static_cast<size_t>(d.arithmetic.test_size);
+    ac.test_permille = static_cast<int>(d.arithmetic.test_permille);
+    GRPO_TRY(ac.validate());
+    return std::unique_ptr<Environment>(std::make_unique<ArithmeticEnv>(ac));
+  }
+  if (d.env == "gsm8k") {
+    GRPO_ASSIGN_OR_RETURN(auto env, gsm8k_env_load({paths.train_data, paths.eval_data}, jo));
+    warn_skipped(env->dataset(Split::train));
+    warn_skipped(env->dataset(Split::test));
+    return std::unique_ptr<Environment>(std::move(env));
+  }
+  FieldMap map;
+  map.prompt_field = d.prompt_field;
+  map.answer_field = d.answer_field;
+  map.answer_is_solution = d.answer_is_solution;
+  GRPO_ASSIGN_OR_RETURN(Dataset train, dataset_load_jsonl(paths.train_data, "train", map, jo));
+  Dataset test;
+  test.name = "test";
+  if (!paths.eval_data.empty()) {
+    GRPO_ASSIGN_OR_RETURN(test, dataset_load_jsonl(paths.eval_data, "test", map, jo));
+  }
+  warn_skipped(train);
+  warn_skipped(test);
+  return std::unique_ptr<Environment>(std::make_unique<NumericQaEnv>("jsonl", std::move(train), std::move(test)));
 }
 
 }  // namespace grpo

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
+#include "env/environment.h"
 #include "env/rewards.h"
 
 namespace grpo {
@@ -153,6 +154,12 @@ struct RunPaths {
 // Fills defaults (gsm8k -> data/gsm8k/*.jsonl under data_root, default ".")
 // and checks that every input exists: an error names the key and the path.
 Result<RunPaths> run_config_resolve_paths(const RunConfig& cfg, const std::string& data_root = ".");
+
+// Builds the environment named by data.env from a validated config and its
+// resolved paths (gsm8k / jsonl load their files; arithmetic generates).
+// Bad lines skipped under data.on_bad_line = "skip" are logged as a warning
+// with their count and first location.
+Result<std::unique_ptr<Environment>> run_config_make_env(const RunConfig& cfg, const RunPaths& paths);
 
 // Resolved config for the run directory. The TOML parses back to an equal config.
 std::string run_config_to_toml(const RunConfig& cfg);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstring>
 #include <filesystem>
@@ -109,7 +110,10 @@ Result<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::open(const std::st
   char host[256] = "localhost";
   gethostname(host, sizeof host - 1);
   double now = unix_time_now();
-  std::string path = logdir + "/events.out.tfevents." + std::to_string(static_cast<int64_t>(now)) + "." + host;
+  // pid and a per-process counter keep two writers opened in the same second apart.
+  static std::atomic<int> counter{0};
+  std::string path = logdir + "/events.out.tfevents." + std::to_string(static_cast<int64_t>(now)) + "." + host + "." +
+                     std::to_string(getpid()) + "." + std::to_string(counter++);
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) return error_status("cannot open TensorBoard event file '" + path + "' for writing");
   std::unique_ptr<TensorBoardWriter> w(new TensorBoardWriter(f, path));

@@ -1,6 +1,6 @@
 // TensorBoard event-file writer (scalars only), no TensorFlow dependency.
 //
-// File: <logdir>/events.out.tfevents.<unix seconds>.<host>. It is a sequence of
+// File: <logdir>/events.out.tfevents.<unix seconds>.<host>.<pid>.<n>. It is a sequence of
 // TFRecords: uint64 length (little endian), uint32 masked crc32c(length bytes),
 // data, uint32 masked crc32c(data); mask(c) = ((c >> 15) | (c << 17)) + 0xa282ead8.
 // Each record's data is a serialized tensorflow.Event protobuf, encoded here

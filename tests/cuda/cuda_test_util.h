@@ -19,6 +19,10 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 
+#ifdef GRPO_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
 namespace grpo::cudatest {
 
 #define GRPO_SKIP_WITHOUT_CUDA() \
@@ -69,22 +73,32 @@ inline Tensor host(std::vector<float>& v, const std::vector<int64_t>& shape) {
 inline Tensor host_i32(std::vector<int32_t>& v, const std::vector<int64_t>& shape) {
   return tensor_borrow(v.data(), DType::i32, Device::cpu, shape);
 }
+// tensor_copy uses cudaMemcpy on the legacy stream, which does not order with the
+// context's non-blocking stream (a pageable H2D copy may still be in flight when it
+// returns): wait for the device after every upload.
+inline void upload_done() {
+#ifdef GRPO_HAVE_CUDA
+  cudaDeviceSynchronize();
+#endif
+}
 inline Tensor dev(const std::vector<float>& v, DType dt, const std::vector<int64_t>& shape) {
-  return tensor_from_f32(Device::cuda, dt, v, shape);
+  Tensor t = tensor_from_f32(Device::cuda, dt, v, shape);
+  upload_done();
+  return t;
 }
 template <class I>
 inline Tensor dev_int(const std::vector<I>& v, DType dt, const std::vector<int64_t>& shape) {
   Tensor t = tensor_empty(Device::cuda, dt, shape);
   Tensor h = tensor_borrow(const_cast<I*>(v.data()), dt, Device::cpu, shape);
   tensor_copy(t, h);
+  upload_done();
   return t;
 }
 // A device tensor filled with NaN: unwritten elements fail every comparison.
 inline Tensor poisoned(DType dt, const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t s : shape) n *= s;
-  return tensor_from_f32(Device::cuda, dt, std::vector<float>(static_cast<size_t>(n), std::numeric_limits<float>::quiet_NaN()),
-                         shape);
+  return dev(std::vector<float>(static_cast<size_t>(n), std::numeric_limits<float>::quiet_NaN()), dt, shape);
 }
 // Waits for the GPU context's stream, then copies to the host as f32.
 inline std::vector<float> fetch(const Tensor& t) {

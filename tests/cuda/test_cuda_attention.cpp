@@ -55,6 +55,8 @@ const Cfg kCfgs[] = {
     {{40, 7, 1}, 18, 2, 32},     // G = 9 > 8: two head groups per kv head
     {{129, 3}, 8, 8, 128},       // G = 1, D = 128
     {{17, 64}, 14, 2, 64},       // Qwen2.5-0.5B head layout (G = 7)
+    {{20, 3, 40}, 4, 2, 16},     // tiny test models (head_dim 16)
+    {{50, 9}, 6, 3, 48},         // llama2.c stories15M (head_dim 48: idle lanes)
 };
 
 }  // namespace
@@ -90,12 +92,37 @@ TEST(CudaAttention, VarlenForwardBackward) {
         EXPECT_TRUE(close("attention_backward dk " + nm, fetch(gdk), dk, Tol{1e-4, 1e-3}));
         EXPECT_TRUE(close("attention_backward dv " + nm, fetch(gdv), dv, Tol{1e-4, 1e-3}));
       } else {  // bf16 out feeds Δ; compare whole-tensor relative error
-        EXPECT_TRUE(close_norm("attention_backward dq " + nm, fetch(gdq), dq, 2e-2));
-        EXPECT_TRUE(close_norm("attention_backward dk " + nm, fetch(gdk), dk, 2e-2));
-        EXPECT_TRUE(close_norm("attention_backward dv " + nm, fetch(gdv), dv, 2e-2));
+        EXPECT_TRUE(close_norm("attention_backward dq " + nm, fetch(gdq), dq, 3e-2));
+        EXPECT_TRUE(close_norm("attention_backward dk " + nm, fetch(gdk), dk, 3e-2));
+        EXPECT_TRUE(close_norm("attention_backward dv " + nm, fetch(gdv), dv, 3e-2));
       }
     }
   }
+}
+
+// D = 96 has no forward kernel and no tiled backward: the simple warp-per-row backward
+// runs. Out and lse come from the CPU forward.
+TEST(CudaAttention, BackwardSimplePathD96) {
+  GRPO_SKIP_WITHOUT_CUDA();
+  const Cfg c{{33, 70}, 6, 2, 96};
+  AttnVarlen meta = make_varlen(c.lens);
+  const int64_t T = meta.cu_seqlens.back(), Hq = c.Hq, Hkv = c.Hkv, D = c.D;
+  auto q = randn(static_cast<size_t>(T * Hq * D), 900), k = randn(static_cast<size_t>(T * Hkv * D), 901);
+  auto v = randn(static_cast<size_t>(T * Hkv * D), 902), dout = randn(static_cast<size_t>(T * Hq * D), 903);
+  std::vector<float> out(q.size()), lse(static_cast<size_t>(Hq * T)), dq(q.size()), dk(k.size()), dv(k.size());
+  Tensor hq = host(q, {T, Hq, D}), hk = host(k, {T, Hkv, D}), hv = host(v, {T, Hkv, D}), ho = host(out, {T, Hq, D}),
+         hl = host(lse, {Hq, T}), hdo = host(dout, {T, Hq, D}), hdq = host(dq, {T, Hq, D}), hdk = host(dk, {T, Hkv, D}),
+         hdv = host(dv, {T, Hkv, D});
+  cpu::attention_forward(cpu_ctx(), ho, &hl, hq, hk, hv, meta);
+  cpu::attention_backward(cpu_ctx(), hdq, hdk, hdv, hdo, hq, hk, hv, ho, hl, meta);
+  const DType dt = DType::f32;
+  Tensor gq = dev(q, dt, {T, Hq, D}), gk = dev(k, dt, {T, Hkv, D}), gv = dev(v, dt, {T, Hkv, D});
+  Tensor go = dev(out, dt, {T, Hq, D}), gl = dev(lse, DType::f32, {Hq, T}), gdo = dev(dout, dt, {T, Hq, D});
+  Tensor gdq = poisoned(dt, {T, Hq, D}), gdk = poisoned(dt, {T, Hkv, D}), gdv = poisoned(dt, {T, Hkv, D});
+  cuda::attention_backward(gpu_ctx(), gdq, gdk, gdv, gdo, gq, gk, gv, go, gl, meta);
+  EXPECT_TRUE(close("attention_backward (simple, D=96) dq", fetch(gdq), dq, Tol{1e-4, 1e-3}));
+  EXPECT_TRUE(close("attention_backward (simple, D=96) dk", fetch(gdk), dk, Tol{1e-4, 1e-3}));
+  EXPECT_TRUE(close("attention_backward (simple, D=96) dv", fetch(gdv), dv, Tol{1e-4, 1e-3}));
 }
 
 TEST(CudaAttention, PagedMatchesCpuAndPackedBitwise) {

@@ -36,6 +36,8 @@ TEST(MathAnswer, ParsesExactRationals) {
   expect_ratio(".5", 1, 2);
   expect_ratio("\\boxed{\\dfrac{1}{2}}", 1, 2);
   expect_ratio("$\\frac{1}{2}$", 1, 2);
+  expect_ratio("\\boxed{18}.", 18, 1);
+  expect_ratio("$18$.", 18, 1);
   expect_ratio("\\(12\\)", 12, 1);
   expect_ratio("1\\,000", 1000, 1);
   expect_ratio("k = 7", 7, 1);

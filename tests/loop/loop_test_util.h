@@ -52,7 +52,7 @@ inline std::string tiny_config_toml(const std::string& model_dir, int steps) {
          "[checkpoint]\nevery = 2\nkeep_last = 2\n"
          "[log]\nprogress = \"off\"\ntensorboard = true\nlevel = \"warn\"\n"
          "[[reward]]\nname = \"correct\"\nweight = 1.0\n"
-         "[[reward]]\nname = \"length_linear\"\nweight = 1.0\ntarget = 4\nscale = 8\n";
+         "[[reward]]\nname = \"length_linear\"\nweight = 1.0\ntarget = 8\nscale = 64\nunit = \"chars\"\n";
 }
 
 inline RunConfig tiny_config(int steps, const std::vector<std::string>& sets = {}) {

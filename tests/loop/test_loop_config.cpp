@@ -135,3 +135,22 @@ TEST(CheckpointState, OnlyCompleteCheckpointsAreListed) {
   EXPECT_EQ(checkpoint_latest(dir + "/missing"), "");
   fs::remove_all(dir);
 }
+
+TEST(TrainCli, RunStopAndResume) {
+  const std::string dir = make_temp_dir("cli");
+  const std::string cfg = write_config(dir, tiny_config_toml(tiny_model_dir(), 2));
+  const std::string out = dir + "/run";
+  CmdResult r = run_grpo("train " + cfg + " --out " + out + " --threads 2 --stop-after 1 --set checkpoint.every=1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(checkpoint_latest(out), out + "/checkpoint-1");
+  r = run_grpo("train " + cfg + " --out " + out + " --threads 2 --set checkpoint.every=1");
+  EXPECT_EQ(r.code, 1) << "a second run into the same directory needs --resume";
+  r = run_grpo("train " + cfg + " --out " + out + " --threads 2 --set checkpoint.every=1 --resume");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
+  EXPECT_EQ(checkpoint_latest(out), out + "/checkpoint-2");
+  r = run_grpo("train " + cfg + " --out " + out + " --threads 2 --set train.steps=3 --resume " + out + "/checkpoint-1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(checkpoint_latest(out), out + "/checkpoint-3");
+  fs::remove_all(dir);
+}

@@ -244,5 +244,42 @@ TEST(RunConfig, FilesMustExist) {
   EXPECT_FALSE(run_config_resolve_paths(g, "/nonexistent").ok());
 }
 
+TEST(RunConfig, MakesEachEnvironment) {
+  RunConfig a;
+  a.data.arithmetic.test_size = 20;
+  auto pa = run_config_resolve_paths(a);
+  ASSERT_TRUE(pa.ok());
+  auto ea = run_config_make_env(a, *pa);
+  ASSERT_TRUE(ea.ok()) << ea.status().message();
+  EXPECT_EQ((*ea)->name(), "arithmetic");
+  EXPECT_EQ((*ea)->size(Split::test), 20u);
+
+  RunConfig g;
+  g.data.env = "gsm8k";
+  auto pg = run_config_resolve_paths(g, GRPO_SOURCE_DIR);
+  ASSERT_TRUE(pg.ok());
+  auto eg = run_config_make_env(g, *pg);
+  ASSERT_TRUE(eg.ok()) << eg.status().message();
+  EXPECT_EQ((*eg)->size(Split::test), 1319u);
+
+  std::string p = testing::TempDir() + "env_rows.jsonl";
+  std::ofstream(p) << "{\"q\":\"1+1?\",\"a\":2}\n{broken\n{\"q\":\"2+2?\",\"a\":\"4\"}\n";
+  RunConfig j;
+  j.data.env = "jsonl";
+  j.data.train_path = p;
+  j.data.prompt_field = "q";
+  j.data.answer_field = "a";
+  auto pj = run_config_resolve_paths(j);
+  ASSERT_TRUE(pj.ok());
+  auto bad = run_config_make_env(j, *pj);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find(p + ":2:"), std::string::npos) << bad.status().message();
+  j.data.on_bad_line = "skip";
+  auto ej = run_config_make_env(j, *pj);
+  ASSERT_TRUE(ej.ok()) << ej.status().message();
+  EXPECT_EQ((*ej)->size(Split::train), 2u);
+  EXPECT_EQ((*ej)->score((*ej)->example(Split::train, 1), "<answer>4</answer>"), 1.0f);
+}
+
 }  // namespace
 }  // namespace grpo

@@ -238,4 +238,13 @@ TEST(Llama2c, Cli) {
                         "special_tokens_map.json", "generation_config.json"})
     EXPECT_TRUE(fs::exists(tmp.path + "/m/" + f)) << f;
   EXPECT_TRUE(model_load(tmp.path + "/m", Device::cpu, DType::bf16).ok());
+  // The converted tokenizer ships with a tiny preset: vocab 512, <s> = 1, </s> = 2.
+  std::string init = std::string(GRPO_BINARY_PATH) + " init-model --preset tiny-llama --out " + tmp.path +
+                     "/t --tokenizer-dir " + tmp.path + "/m > /dev/null";
+  ASSERT_EQ(std::system(init.c_str()), 0);
+  json cj = json::parse(read_file(tmp.path + "/t/config.json").value());
+  EXPECT_EQ(cj["vocab_size"], 512);
+  EXPECT_EQ(cj["bos_token_id"], 1);
+  EXPECT_EQ(cj["eos_token_id"], 2);
+  EXPECT_EQ(read_file(tmp.path + "/t/tokenizer.json").value(), read_file(tmp.path + "/m/tokenizer.json").value());
 }

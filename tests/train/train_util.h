@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -86,6 +88,11 @@ inline void expect_close(const float* a, const float* b, int64_t n, double abs_t
     const double d = std::fabs(double(a[i]) - double(b[i]));
     max_diff = std::max(max_diff, d);
     if (first_bad < 0 && !(d <= abs_tol + rel_tol * std::fabs(double(b[i])))) first_bad = i;
+  }
+  if (std::getenv("GRPO_TEST_VERBOSE")) {
+    double ref_max = 0;
+    for (int64_t i = 0; i < n; ++i) ref_max = std::max(ref_max, std::fabs(double(b[i])));
+    std::printf("  %-40s max |diff| %.3g (max |ref| %.3g)\n", what.c_str(), max_diff, ref_max);
   }
   EXPECT_LT(first_bad, 0) << what << ": max |diff| " << max_diff << ", first bad index " << first_bad << " ("
                           << (first_bad >= 0 ? a[first_bad] : 0) << " vs " << (first_bad >= 0 ? b[first_bad] : 0)

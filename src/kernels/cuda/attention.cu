@@ -8,7 +8,8 @@
 //   grid (tokens, Hkv·n_hgroups, n_splits), 128 threads. A block takes one query token,
 //   up to kMaxG query heads sharing one kv head (GQA: K/V are read once for all of them),
 //   and one partition of kPart consecutive key positions. Each key is handled by TPK
-//   lanes holding 16 bytes of it (8 bf16 / 4 f32); every lane group keeps its own online
+//   lanes (D/8 for bf16, D/4 for f32, rounded up to a power of two; head dims 16, 32, 48,
+//   64, 96, 128) holding 16 bytes of it each; every lane group keeps its own online
 //   softmax state (m, l, acc) per head; states merge across lanes by a fixed xor
 //   butterfly, across warps in warp order, across partitions in partition order.
 //   The last partition also takes any keys past n_splits·kPart, so an underestimated
@@ -28,7 +29,7 @@ constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxG = 8;     // query heads per block
 constexpr int kPart = 256;   // key positions per partition
-constexpr int kUnroll = 2;   // keys in flight per lane group
+constexpr int kUnroll = 4;   // keys in flight per lane group (~233 regs bf16, no spills)
 
 struct AttnArgs {
   const void* q;          // (T,Hq,D)
@@ -51,10 +52,18 @@ struct AttnArgs {
 
 __device__ __forceinline__ float rescale(float m, float mn) { return m == -INFINITY ? 0.f : expf(m - mn); }
 
+constexpr int pow2ceil(int x) {
+  int p = 1;
+  while (p < x) p <<= 1;
+  return p;
+}
+
 template <class T, int D, bool PAGED>
 __global__ void __launch_bounds__(kThreads) attn_split_kernel(AttnArgs a) {
   constexpr int VEC = Vec16<T>::n;
-  constexpr int TPK = D / VEC;     // lanes per key
+  constexpr int NV = D / VEC;            // 16-byte vectors per key row
+  constexpr int TPK = pow2ceil(NV);      // lanes per key (lanes dpart >= NV hold zeros)
+  static_assert(D % VEC == 0, "head dim must be a multiple of the vector width");
   constexpr int KPW = 32 / TPK;    // keys per warp
   constexpr int KPB = kWarps * KPW;
   static_assert(TPK >= 1 && TPK <= 32 && (TPK & (TPK - 1)) == 0, "unsupported head dim");
@@ -103,7 +112,7 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(AttnArgs a) {
   float qv[kMaxG][VEC];
 #pragma unroll
   for (int g = 0; g < kMaxG; ++g) {
-    if (g < ng) {
+    if (g < ng && dpart < NV) {
       load_vec(q + ((tok * a.Hq) + qh0 + g) * D + dpart * VEC, qv[g]);
     } else {
 #pragma unroll
@@ -127,10 +136,11 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(AttnArgs a) {
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t p = base + u * KPB + kslot;
       valid[u] = p < kend;
-      if (valid[u]) {
+      if (valid[u] && dpart < NV) {
         int64_t row;
         if constexpr (PAGED) {
-          row = (int64_t(table[p / a.block_size]) * a.block_size + p % a.block_size) * a.Hkv + kh;
+          const int pi = int(p);  // positions < 2^31: 32-bit division
+          row = (int64_t(table[pi / a.block_size]) * a.block_size + pi % a.block_size) * a.Hkv + kh;
         } else {
           row = (row0 + p) * a.Hkv + kh;
         }
@@ -141,26 +151,36 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(AttnArgs a) {
         for (int i = 0; i < VEC; ++i) kf[u][i] = vf[u][i] = 0.f;
       }
     }
+    // Per head: the kUnroll scores of this batch, one rescale of (l, acc) per batch.
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int g = 0; g < kMaxG; ++g) {
+      if (g >= ng) break;
+      float sc[kUnroll];
+      float mx = m[g];
 #pragma unroll
-      for (int g = 0; g < kMaxG; ++g) {
-        if (g >= ng) break;
+      for (int u = 0; u < kUnroll; ++u) {
         float s = 0.f;
 #pragma unroll
         for (int i = 0; i < VEC; ++i) s += qv[g][i] * kf[u][i];
 #pragma unroll
         for (int o = TPK / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (valid[u]) {
-          s *= a.scale;
-          const float mn = fmaxf(m[g], s);
-          const float corr = rescale(m[g], mn);
-          const float pe = expf(s - mn);
-          l[g] = l[g] * corr + pe;
+        sc[u] = valid[u] ? s * a.scale : -INFINITY;
+        mx = fmaxf(mx, sc[u]);
+      }
+      if (mx != -INFINITY) {  // some key seen by this lane group
+        const float corr = rescale(m[g], mx);
+        float lsum = l[g] * corr;
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) acc[g][i] = acc[g][i] * corr + pe * vf[u][i];
-          m[g] = mn;
+        for (int i = 0; i < VEC; ++i) acc[g][i] *= corr;
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const float pe = valid[u] ? expf(sc[u] - mx) : 0.f;
+          lsum += pe;
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) acc[g][i] += pe * vf[u][i];
         }
+        l[g] = lsum;
+        m[g] = mx;
       }
     }
   }
@@ -188,8 +208,10 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(AttnArgs a) {
 #pragma unroll
     for (int g = 0; g < kMaxG; ++g) {
       if (g >= ng) break;
+      if (dpart < NV) {
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) sm_acc[warp][g][dpart * VEC + i] = acc[g][i];
+        for (int i = 0; i < VEC; ++i) sm_acc[warp][g][dpart * VEC + i] = acc[g][i];
+      }
       if (lane == 0) {
         sm_m[warp][g] = m[g];
         sm_l[warp][g] = l[g];
@@ -262,7 +284,8 @@ void launch_split(Context& ctx, AttnArgs a, int64_t n_tok, bool paged) {
 void run_split(Context& ctx, AttnArgs a, DType dt, int D, int64_t max_ctx, bool paged) {
   if (a.T == 0) return;
   GRPO_CHECK_MSG(a.Hkv > 0 && a.Hq % a.Hkv == 0, "attention: Hq must be a multiple of Hkv");
-  GRPO_CHECK_MSG(D == 32 || D == 64 || D == 128, "attention (cuda): head dim must be 32, 64 or 128");
+  GRPO_CHECK_MSG(D == 16 || D == 32 || D == 48 || D == 64 || D == 96 || D == 128,
+                 "attention (cuda): head dim must be 16, 32, 48, 64, 96 or 128");
   a.G = a.Hq / a.Hkv;
   a.n_hgroups = int(ceil_div(a.G, kMaxG));
   if (max_ctx < 1) max_ctx = 1;
@@ -284,8 +307,11 @@ void run_split(Context& ctx, AttnArgs a, DType dt, int D, int64_t max_ctx, bool 
     const int64_t n = a.T - t0 < chunk ? a.T - t0 : chunk;
     GRPO_DISPATCH_FLOAT(dt, T, {
       switch (D) {
+        case 16: launch_split<T, 16>(ctx, a, n, paged); break;
         case 32: launch_split<T, 32>(ctx, a, n, paged); break;
+        case 48: launch_split<T, 48>(ctx, a, n, paged); break;
         case 64: launch_split<T, 64>(ctx, a, n, paged); break;
+        case 96: launch_split<T, 96>(ctx, a, n, paged); break;
         default: launch_split<T, 128>(ctx, a, n, paged); break;
       }
     });

@@ -2,8 +2,9 @@
 // Definitions as in cpu/attention.cpp (scale s = 1/sqrt(D), Δ = dout·out):
 //   p_ij = exp(s·q_i·k_j − lse_i), da_ij = p_ij·(dout_i·v_j − Δ_i),
 //   dq_i = s·Σ_j da_ij·k_j,  dk_j = s·Σ_{i,h} da_ij·q_i,  dv_j = Σ_{i,h} p_ij·dout_i.
-// Three kernels, each output element owned by one warp:
-//   delta:  Δ (Hq,T) into the scratch, one warp per (token, head);
+// Δ (Hq,T) goes to the scratch (one warp per (token, head)); then, for D in {32, 64, 128},
+// the shared-memory tiled kernels of attention_bwd_tiled.cu run. For other head dims the
+// simple kernels below do, each output element owned by one warp:
 //   dq:     one warp per (token, head); lanes take 32 keys at a time for the scores,
 //           then lanes take head dims for the accumulation (keys in increasing order);
 //   dk/dv:  one warp per (key token, kv head); loops over the group's query heads and
@@ -11,7 +12,7 @@
 // Rows of K/V (dq) and Q/dout (dk/dv) are read with 16-byte vectors; head dim D must
 // be a multiple of 8 and at most 256.
 #include "kernels/attention.h"
-#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/attention_bwd.cuh"
 
 #include <cmath>
 
@@ -22,27 +23,6 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kMaxD = 256;
 constexpr int kDPL = kMaxD / 32;  // head dims per lane, at most
-
-struct BwdArgs {
-  const void *q, *k, *v, *out, *dout;
-  void *dq, *dk, *dv;
-  const float* lse;    // (Hq,T)
-  float* delta;        // (Hq,T)
-  const int32_t* cu;   // (S+1)
-  int n_seqs;
-  int64_t T;
-  int Hq, Hkv, G, D;
-  float scale;
-};
-
-__device__ __forceinline__ int find_seq(const int32_t* cu, int n_seqs, int64_t t) {
-  int lo = 0, hi = n_seqs - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (cu[mid] <= t) lo = mid; else hi = mid - 1;
-  }
-  return lo;
-}
 
 // Dot of a shared-memory f32 row with a global row of D elements (16-byte vectors).
 template <class T>
@@ -209,6 +189,9 @@ void attention_backward(Context& ctx, Tensor& dq, Tensor& dk, Tensor& dv, const 
   GRPO_DISPATCH_FLOAT(dt, T, {
     delta_kernel<T><<<gq, kWarps * 32, 0, st>>>(a);
     CUDA_CHECK_LAUNCH();
+  });
+  if (attention_backward_tiled(ctx, a, dt)) return;
+  GRPO_DISPATCH_FLOAT(dt, T, {
     dq_kernel<T><<<gq, kWarps * 32, 0, st>>>(a);
     CUDA_CHECK_LAUNCH();
     dkv_kernel<T><<<gk, kWarps * 32, 0, st>>>(a);
