@@ -131,7 +131,10 @@ void tensor_fill_zero(Tensor& t) {
     std::memset(t.data, 0, t.nbytes());
   } else {
 #ifdef GRPO_HAVE_CUDA
+    // Synchronous with respect to every stream (contexts use non-blocking streams).
+    GRPO_CHECK(cudaDeviceSynchronize() == cudaSuccess);
     GRPO_CHECK(cudaMemset(t.data, 0, t.nbytes()) == cudaSuccess);
+    GRPO_CHECK(cudaDeviceSynchronize() == cudaSuccess);
 #endif
   }
 }
@@ -145,7 +148,11 @@ void tensor_copy(Tensor& dst, const Tensor& src) {
     return;
   }
 #ifdef GRPO_HAVE_CUDA
+  // Synchronous with respect to every stream: contexts use non-blocking streams,
+  // which the legacy-stream cudaMemcpy would not wait for.
+  GRPO_CHECK(cudaDeviceSynchronize() == cudaSuccess);
   GRPO_CHECK(cudaMemcpy(dst.data, src.data, n, cudaMemcpyDefault) == cudaSuccess);
+  GRPO_CHECK(cudaDeviceSynchronize() == cudaSuccess);
 #else
   GRPO_CHECK_MSG(false, "this build has no CUDA backend");
 #endif

@@ -66,6 +66,7 @@ Engine::Engine(Context& ctx, ModelWeights& w, const Tokenizer* tok, EngineOption
   ro.max_model_len = max_model_len_;
   ro.kv_dtype = w.dtype;
   ro.use_cuda_graphs = opt_.use_cuda_graphs;
+  ro.graph_max_context = opt_.cuda_graph_max_context;
   runner_ = std::make_unique<ModelRunner>(ctx_, w_, ro);
 }
 
@@ -189,15 +190,16 @@ void Engine::on_token(Sequence& s, const SampledRow& row, double now) {
     s.finish = FinishReason::stop;
   } else if (!p.ignore_eos && std::find(eos_.begin(), eos_.end(), t) != eos_.end()) {
     s.finish = FinishReason::eos;
-  } else if (!p.stop.empty() && past_min) {
-    // Only text not yet scanned can start a new match, less the longest stop string's tail.
-    size_t longest = 0;
-    for (const auto& st : p.stop) longest = std::max(longest, st.size());
-    const size_t from = s.text_checked >= longest ? s.text_checked - (longest - 1) : 0;
+  } else if (!p.stop.empty()) {
+    // A match must end in text new since the last scan; before min_tokens text is scanned
+    // (so that an early match is never acted on later) but not stopped on.
     size_t cut = std::string::npos;
-    for (const auto& st : p.stop) cut = std::min(cut, s.text.find(st, from));
+    for (const auto& st : p.stop) {
+      const size_t from = s.text_checked >= st.size() ? s.text_checked - (st.size() - 1) : 0;
+      cut = std::min(cut, s.text.find(st, from));
+    }
     s.text_checked = s.text.size();
-    if (cut != std::string::npos) {
+    if (cut != std::string::npos && past_min) {
       s.text.resize(cut);
       s.finish = FinishReason::stop;
       decoders_.erase(s.seq_id);  // nothing after the stop string belongs to the text

@@ -40,6 +40,7 @@ struct EngineOptions {
   bool enable_prefix_caching = true;
   bool enable_chunked_prefill = true;
   bool use_cuda_graphs = false;                // capture decode steps (CUDA only)
+  int cuda_graph_max_context = 0;              // graphs serve contexts up to this (0: min(max_model_len, 2048))
   uint64_t seed = 0;                           // keys of requests without a seed
   std::vector<int> eos_token_ids;              // empty: the tokenizer's, else config.json's
   Status validate() const;

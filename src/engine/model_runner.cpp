@@ -68,6 +68,8 @@ ModelRunner::ModelRunner(Context& ctx, const ModelWeights& w, const ModelRunnerO
     opt_.graph_batch_sizes.push_back(opt.max_num_seqs);
   }
   std::sort(opt_.graph_batch_sizes.begin(), opt_.graph_batch_sizes.end());
+  if (opt_.graph_max_context <= 0) opt_.graph_max_context = std::min(opt.max_model_len, 2048);
+  opt_.graph_max_context = std::min(opt_.graph_max_context, opt.max_model_len);
   max_T_ = std::max(opt.max_num_batched_tokens, opt.max_num_seqs);
 
   cache_ = kv_cache_allocate(cfg, dev, opt.kv_dtype, opt.n_blocks, opt.block_size);
@@ -165,7 +167,8 @@ void ModelRunner::fill_inputs(const SchedulerOutput& step, int padded_T) {
 
 void ModelRunner::run_forward(const SchedulerOutput& step) {
   const int S = int(step.seqs.size()), T = step.n_tokens, R = step.n_sampled;
-  const bool decode = T == S && R == S;
+  bool decode = T == S && R == S;
+  for (int s = 0; decode && s < S; ++s) decode = step.seqs[size_t(s)].seq->n_computed < opt_.graph_max_context;
   if (graphs_ && decode) {
     int B = 0;
     for (int b : opt_.graph_batch_sizes)
@@ -190,7 +193,7 @@ void ModelRunner::capture_graphs() {
   for (int B : opt_.graph_batch_sizes) {
     if (B > max_T_) break;
     fill_inputs(empty, B);  // all rows dummy: nothing is written to the cache
-    ForwardBatch batch = batch_view(B, B, B, opt_.max_model_len);
+    ForwardBatch batch = batch_view(B, B, B, opt_.graph_max_context);
     Tensor logits = d_logits_.slice0(0, B);
     const bool ok = graphs_->capture(B, [&] { transformer_forward(ctx_, w_, cache_, rope_, batch, scratch_, logits); });
     if (!ok) {

@@ -7,7 +7,9 @@
 // change: a decode step (one token per sequence) can be captured once per padded
 // batch size as a CUDA graph and replayed by refilling the buffers. Padding rows of
 // a graph batch use slot -1 (nothing written) and position 0 of block 0 (a harmless
-// read); their logits are ignored. Sampling runs eagerly after the forward.
+// read); their logits are ignored. Graphs are captured with max_context =
+// graph_max_context (attention's split count is baked into the graph), so longer
+// decode steps run eagerly. Sampling runs eagerly after the forward.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -32,6 +34,7 @@ struct ModelRunnerOptions {
   DType kv_dtype = DType::f32;
   bool use_cuda_graphs = false;       // decode steps on CUDA only
   std::vector<int> graph_batch_sizes; // empty: 1, 2, 4, 8, then multiples of 8 up to max_num_seqs
+  int graph_max_context = 0;          // graphs serve decode steps whose contexts fit this (0: min(max_model_len, 2048))
 };
 
 // Sampling settings of one logits row (host side).

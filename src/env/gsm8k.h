@@ -11,6 +11,10 @@
 // The found text is parsed with answer_to_number (math_answer.h); if it is not
 // exactly one number (e.g. "<answer>The total is 18</answer>") the last number
 // inside it is used instead.
+// Only closed blocks count. The engine cuts a completion's text before a
+// matched stop string, so with stop = ["</answer>"] the caller must append
+// the matched stop string before scoring (or not stop on it); otherwise rule 1
+// never fires and format_strict never matches.
 #pragma once
 #include <optional>
 #include <string>

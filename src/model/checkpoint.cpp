@@ -239,7 +239,8 @@ Status model_save(const std::string& dir_in, const ModelWeights& w, const SaveOp
     if (!st.ok()) return fail(st);
   }
   for (const auto& [name, content] : opt.extra_files) {
-    if (name.find('/') != std::string::npos) return fail(error_status("extra file name \"" + name + "\" must be plain"));
+    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
+      return fail(error_status("extra file name \"" + name + "\" must be a plain file name"));
     st = write_file_atomic((tmp / name).string(), content);
     if (!st.ok()) return fail(st);
   }

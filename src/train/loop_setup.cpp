@@ -87,7 +87,7 @@ std::string tokenizer_dir(const std::string& p) {
   return fs::is_directory(p) ? p : fs::path(p).parent_path().string();
 }
 
-Status write_run_files(const LoopRun& r) {
+Status write_run_files(const LoopRun& r, const PreparedPrompt* example) {
   GRPO_TRY(write_file_atomic((fs::path(r.out_dir) / "config.toml").string(), run_config_to_toml(r.cfg)));
   const ModelConfig& mc = r.weights->config;
   nlohmann::ordered_json j;
@@ -103,9 +103,16 @@ Status write_run_files(const LoopRun& r) {
   j["engine"] = {{"n_kv_blocks", r.engine->n_kv_blocks()}, {"block_size", eo.block_size},
                  {"kv_bytes", size_t(r.engine->n_kv_blocks()) * r.engine->kv_bytes_per_block()},
                  {"max_num_seqs", eo.max_num_seqs}, {"eos_token_ids", r.engine->eos_token_ids()}};
-  j["loss"] = {{"type", loss_type_name(r.trainer.loss.loss_type)}, {"epsilon", r.trainer.loss.epsilon},
-               {"epsilon_high", r.trainer.loss.epsilon_high}, {"beta", r.trainer.loss.beta},
-               {"importance_sampling", is_mode_name(r.trainer.loss.is_mode)}};
+  const TrainSection& t = r.cfg.train;
+  j["loss"] = {{"type", loss_type_name(r.trainer.loss.loss_type)}, {"epsilon", t.epsilon},
+               {"epsilon_high", t.epsilon_high > 0 ? t.epsilon_high : t.epsilon}, {"beta", t.beta},
+               {"importance_sampling", is_mode_name(r.trainer.loss.is_mode)},
+               {"trainer_temperature", r.cfg.rollout.temperature},
+               {"rollout_logprobs", logprobs_mode_name(r.rollout_cfg.params.logprobs_mode)}};
+  j["steps"] = {{"optimizer_steps", t.steps},
+                {"steps_per_generation_batch", t.steps_per_generation * t.num_iterations},
+                {"sequences_per_generation_batch", r.cfg.rollout.prompts_per_step * r.cfg.rollout.num_generations}};
+  if (example) j["example_prompt"] = {{"text", example->text}, {"n_tokens", example->ids.size()}};
   j["resumed_from"] = r.resumed_from;
   return write_file_atomic((fs::path(r.out_dir) / "run_info.json").string(), j.dump(2) + "\n");
 }
@@ -263,7 +270,7 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   std::error_code ec;
   fs::create_directories(r.out_dir, ec);
   if (ec) return error_status("output directory " + r.out_dir + ": " + ec.message());
-  GRPO_TRY(write_run_files(r));
+  GRPO_TRY(write_run_files(r, peek.empty() ? nullptr : &peek.front()));
 
   if (opt.console && cfg.log.progress != "off") {
     ProgressOptions po;

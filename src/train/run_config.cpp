@@ -215,6 +215,7 @@ Result<std::unique_ptr<Environment>> run_config_make_env(const RunConfig& cfg, c
   if (!paths.eval_data.empty()) {
     GRPO_ASSIGN_OR_RETURN(test, dataset_load_jsonl(paths.eval_data, "test", map, jo));
   }
+  if (train.size() == 0) return error_status("data.train_path = \"" + paths.train_data + "\": no examples");
   warn_skipped(train);
   warn_skipped(test);
   return std::unique_ptr<Environment>(std::make_unique<NumericQaEnv>("jsonl", std::move(train), std::move(test)));

@@ -245,6 +245,12 @@ TEST(Engine, StopStringSpanningTokensCutsTheText) {
   EXPECT_NE(m.tok->decode(ids, true).find("le gi"), std::string::npos);
   ids.pop_back();  // the last token completed the match
   EXPECT_EQ(m.tok->decode(ids, true).find("le gi"), std::string::npos);
+  // Before min_tokens a match is ignored for good (the golden text has one "le gi").
+  p.min_tokens = 20;
+  r = eng.generate({{1}}, p).value()[0];
+  EXPECT_EQ(r.finish_reason, FinishReason::length);
+  EXPECT_EQ(r.completion_ids.size(), 60u);
+  EXPECT_NE(r.text.find("little girl"), std::string::npos);
 }
 
 TEST(Engine, LogprobModesAndTopLogprobs) {

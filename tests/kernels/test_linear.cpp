@@ -99,3 +99,15 @@ TEST(Linear, DeterministicModeIsBatchInvariant) {
     EXPECT_TRUE(all_close("row alone vs in batch", one.data(), all.data() + m * N, N, 0.0, 0.0));
   }
 }
+
+TEST(LinearDeathTest, DispatcherRejectsBadShapes) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  std::vector<float> x(12), w(15), out(20);
+  Tensor tout = host(out, {4, 5});
+  // x (4,3) against w (5,3) is fine; w viewed as (3,5) has the wrong K
+  EXPECT_DEATH(linear_forward(test_ctx(), tout, host(x, {4, 3}), host(w, {3, 5}), nullptr, false),
+               "linear_forward: x \\(M,K\\), w \\(N,K\\)");
+  std::vector<int32_t> xi(12);
+  EXPECT_DEATH(linear_forward(test_ctx(), tout, host(xi, {4, 3}), host(w, {5, 3}), nullptr, false),
+               "activation dtype");
+}

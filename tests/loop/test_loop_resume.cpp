@@ -66,7 +66,7 @@ TEST(GrpoLoop, SmokeRunWritesMetricsAndLoadableCheckpoint) {
   // One copy of the weights on the CPU in f32: the sampler's and the trainer's logprobs agree closely.
   EXPECT_LT(m.steps[0]["logprob_mismatch/max"].get<double>(), 1e-3);
   // The weights moved: step 2 samples from an updated policy.
-  EXPECT_NE(m.steps[0]["grad_norm"].get<double>(), 0.0);
+  EXPECT_NE(m.steps[0]["grad_norm"].get<double>(), 0.0) << m.steps[0].dump();
 
   for (const char* f : {"config.toml", "run_info.json", "plot.html"}) EXPECT_TRUE(fs::exists(out + "/" + f)) << f;
   EXPECT_FALSE(fs::is_empty(out + "/tb"));

@@ -190,6 +190,37 @@ TEST(Tokenizer, SentencePieceStyleBpe) {
   }
 }
 
+TEST(Tokenizer, AddedTokenStripFlags) {
+  // <mask> = 270. The text around it is normalized per segment (Prepend ▁, spaces -> ▁):
+  // "hello " -> "▁hello▁" -> 268 259; " hello" -> "▁▁hello" -> 259 268 (▁ + ▁hello);
+  // "hello" -> 268. lstrip gives the space before <mask> to the token, rstrip the one after.
+  for (int mode = 0; mode < 3; ++mode) {
+    json j = tiny_sp(false);
+    j["added_tokens"].push_back({{"id", 270}, {"content", "<mask>"}, {"special", true}, {"normalized", false},
+                                 {"lstrip", mode == 1}, {"rstrip", mode == 2}});
+    TempDir d;
+    auto r = Tokenizer::load(d.write("tokenizer.json", j.dump()));
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    auto ids = r.value().encode("hello <mask> hello");
+    if (mode == 0) EXPECT_EQ(ids, (std::vector<int>{268, 259, 270, 259, 268}));
+    if (mode == 1) EXPECT_EQ(ids, (std::vector<int>{268, 270, 259, 268}));
+    if (mode == 2) EXPECT_EQ(ids, (std::vector<int>{268, 259, 270, 268}));
+    EXPECT_EQ(r.value().encode("hello<mask>hello"), (std::vector<int>{268, 270, 268}));
+  }
+}
+
+TEST(Tokenizer, Gpt2EncoderJsonVocabBpeForm) {
+  TempDir d;
+  for (const char* f : {"encoder.json", "vocab.bpe"}) fs::copy_file(tok_dir("gpt2") + "/" + f, d.p / f);
+  TokenizerOptions o;
+  o.preset = "gpt2";
+  auto r = Tokenizer::load(d.p.string(), o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  for (auto& c : parity_cases("gpt2")) EXPECT_EQ(r.value().encode(c.text), c.ids) << c.text;
+  EXPECT_EQ(r.value().eos_id(), 50256);
+  EXPECT_EQ(r.value().encode("x<|endoftext|>"), (std::vector<int>{87, 50256}));
+}
+
 TEST(Tokenizer, LoadErrorsNameTheProblem) {
   TempDir d;
   std::string bad = d.write("broken.json", "{\"model\": {\"type\": \"BPE\", ");

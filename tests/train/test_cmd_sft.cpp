@@ -60,7 +60,7 @@ TEST(CmdSft, FitsAndSavesACheckpoint) {
     f << R"({"prompt": "Q: colour of the sky?", "completion": " A: blue"})" << "\n";
   }
   const std::string cmd = bin() + " sft --model " + t.path + "/model --data " + t.path + "/data.jsonl --out " + t.path +
-                          "/out --epochs 25 --batch-size 4 --micro-tokens 16 --lr 3e-3 --lr-scheduler cosine "
+                          "/out --epochs 20 --batch-size 4 --micro-tokens 16 --lr 1e-2 --lr-scheduler cosine "
                           "--warmup-steps 2 --weight-decay 0.01 --threads 1 > " + t.path + "/sft.log 2>&1";
   ASSERT_EQ(sh(cmd), 0) << slurp(t.path + "/sft.log");
   const std::string log = slurp(t.path + "/sft.log");
@@ -68,7 +68,7 @@ TEST(CmdSft, FitsAndSavesACheckpoint) {
   std::vector<double> losses;
   for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator(); ++it)
     losses.push_back(std::stod((*it)[1]));
-  ASSERT_EQ(losses.size(), 25u) << log;
+  ASSERT_EQ(losses.size(), 20u) << log;
   EXPECT_LT(losses.back(), 0.3 * losses.front()) << log;
   EXPECT_TRUE(fs::exists(t.path + "/out/config.json"));
   EXPECT_TRUE(fs::exists(t.path + "/out/tokenizer.json"));

@@ -46,6 +46,10 @@ float attend_row(const float* q, int64_t n, int64_t D, float scale, KeyFn key, V
   return m + std::log(l);
 }
 
+// Smallest number of (token, head) rows worth a task: ~16 KFLOP of work per
+// task, so tiny decode steps stay on one thread instead of paying a hand-off.
+int64_t min_items(int64_t max_keys, int64_t D) { return std::max<int64_t>(1, (int64_t(1) << 13) / std::max<int64_t>(1, max_keys * D)); }
+
 // Sequence index of every packed token.
 std::vector<int32_t> token_seqs(const AttnVarlen& meta, int64_t T) {
   std::vector<int32_t> s(size_t(T), 0);
@@ -82,7 +86,7 @@ void attention_forward(Context& ctx, Tensor& out, Tensor* lse, const Tensor& q, 
       float l = attend_row(Q + i * D, t - start + 1, D, scale, key, val, p.data(), O + i * D);
       if (LSE) LSE[h * T + t] = l;
     }
-  }, 4);
+  }, min_items(L, D));
 }
 
 void attention_backward(Context& ctx, Tensor& dq, Tensor& dk, Tensor& dv, const Tensor& dout, const Tensor& q,
@@ -165,7 +169,7 @@ void attention_paged(Context& ctx, Tensor& out, const Tensor& q, const Tensor& k
       auto val = [&](int64_t j) { return VC + slot(j) * D; };
       attend_row(Q + i * D, int64_t(POS[t]) + 1, D, scale, key, val, p.data(), O + i * D);
     }
-  }, 2);
+  }, min_items(L, D));
 }
 
 }  // namespace grpo::cpu

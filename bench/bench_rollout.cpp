@@ -1,0 +1,196 @@
+// Rollout benchmark (issue 3): the engine on a randomly initialised model of a
+// real architecture with forced lengths (ignore_eos + min_tokens), so the work
+// equals that of real weights.
+//   grpo      : 8 prompts x 8 samples, prompt 128, 512 new tokens (one GRPO step)
+//   nanovllm  : 256 sequences, prompt and output lengths uniform in 100..1024
+// Prints tokens/s, peak device memory and the weight-read floor
+// (weight bytes x decode steps / measured copy bandwidth), and writes
+// bench/results/rollout-<preset>-<workload>.json (DESIGN.md section 6). The peer
+// (transformers generate) is run by bench/run_gpu_bench.sh in the same call and
+// merged by bench/merge_peer.py.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+
+#include "core/timer.h"
+#include "engine/engine.h"
+#include "model/presets.h"
+
+#ifdef GRPO_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+using namespace grpo;
+
+namespace {
+
+double copy_bandwidth_bytes_per_s() {
+#ifdef GRPO_HAVE_CUDA
+  size_t n = size_t(1) << 30;
+  void *a = nullptr, *b = nullptr;
+  if (cudaMalloc(&a, n) != cudaSuccess || cudaMalloc(&b, n) != cudaSuccess) return 0;
+  cudaMemset(a, 1, n);
+  for (int i = 0; i < 3; ++i) cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  cudaEventRecord(e0);
+  for (int i = 0; i < 20; ++i) cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice);
+  cudaEventRecord(e1);
+  cudaEventSynchronize(e1);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, e0, e1);
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * double(n) * 20 / (ms / 1e3);
+#else
+  return 0;
+#endif
+}
+
+size_t device_used_bytes() {
+#ifdef GRPO_HAVE_CUDA
+  size_t free_b = 0, total = 0;
+  cudaMemGetInfo(&free_b, &total);
+  return total - free_b;
+#else
+  return 0;
+#endif
+}
+
+std::string today() {
+  char buf[32];
+  std::time_t t = std::time(nullptr);
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&t));
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string preset = "qwen2.5-0.5b", workload = "grpo", device = "cuda", dtype = "bf16", out_dir = "bench/results";
+  double kv_gb = 24;
+  bool graphs = true;
+  int max_seqs = 256, max_batched = 8192;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--preset") preset = next();
+    else if (a == "--workload") workload = next();
+    else if (a == "--device") device = next();
+    else if (a == "--dtype") dtype = next();
+    else if (a == "--kv-gb") kv_gb = std::stod(next());
+    else if (a == "--no-graphs") graphs = false;
+    else if (a == "--max-seqs") max_seqs = std::stoi(next());
+    else if (a == "--max-batched") max_batched = std::stoi(next());
+    else if (a == "--out-dir") out_dir = next();
+    else {
+      std::fprintf(stderr, "usage: bench_rollout [--preset P] [--workload grpo|nanovllm] [--device cuda|cpu] "
+                           "[--dtype bf16|f32] [--kv-gb G] [--no-graphs] [--max-seqs N] [--max-batched N]\n");
+      return 2;
+    }
+  }
+  auto cfg = preset_config(preset);
+  if (!cfg.ok()) {
+    std::fprintf(stderr, "bench_rollout: %s\n", cfg.status().message().c_str());
+    return 1;
+  }
+  ContextOptions co;
+  co.device = device == "cuda" ? Device::cuda : Device::cpu;
+  Context ctx(co);
+  DType dt = dtype == "bf16" ? DType::bf16 : DType::f32;
+  double bw = co.device == Device::cuda ? copy_bandwidth_bytes_per_s() : 0;
+  size_t used0 = device_used_bytes();
+  ModelWeights w = weights_allocate(*cfg, co.device, dt);
+  weights_init_random(w, 1234, &ctx);
+  EngineOptions eo;
+  eo.kv_cache_bytes = size_t(kv_gb * double(1ull << 30));
+  eo.max_num_seqs = max_seqs;
+  eo.max_num_batched_tokens = max_batched;
+  eo.use_cuda_graphs = graphs && co.device == Device::cuda;
+  eo.seed = 7;
+  Engine engine(ctx, w, nullptr, eo);
+
+  std::mt19937 rng(42);
+  std::uniform_int_distribution<int> tok(0, cfg->vocab_size - 1);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int> out_lens;
+  int n_per_prompt = 1;
+  if (workload == "grpo") {
+    n_per_prompt = 8;
+    for (int p = 0; p < 8; ++p) {
+      std::vector<int32_t> ids(128);
+      for (auto& x : ids) x = tok(rng);
+      prompts.push_back(ids);
+      out_lens.push_back(512);
+    }
+  } else {
+    std::uniform_int_distribution<int> len(100, 1024);
+    for (int p = 0; p < 256; ++p) {
+      std::vector<int32_t> ids(size_t(len(rng)));
+      for (auto& x : ids) x = tok(rng);
+      prompts.push_back(ids);
+      out_lens.push_back(len(rng));
+    }
+  }
+  auto run_once = [&](bool warm) -> double {
+    size_t n_prompts = warm ? std::min<size_t>(2, prompts.size()) : prompts.size();
+    double t0 = now_seconds();
+    for (size_t p = 0; p < n_prompts; ++p) {
+      SamplingParams sp;
+      sp.temperature = 1.0f;
+      sp.n = n_per_prompt;
+      sp.max_tokens = warm ? 16 : out_lens[p];
+      sp.min_tokens = sp.max_tokens;
+      sp.ignore_eos = true;
+      sp.seed = 100 + p;
+      auto r = engine.add_request(prompts[p], sp);
+      if (!r.ok()) {
+        std::fprintf(stderr, "bench_rollout: %s\n", r.status().message().c_str());
+        std::exit(1);
+      }
+    }
+    while (engine.has_unfinished()) engine.step();
+    ctx.synchronize();
+    return now_seconds() - t0;
+  };
+  run_once(true);
+  engine.reset_prefix_cache();
+  EngineStats before = engine.stats();
+  double secs = run_once(false);
+  EngineStats after = engine.stats();
+  int64_t gen = after.tokens_generated - before.tokens_generated;
+  int64_t computed = after.tokens_computed - before.tokens_computed;
+  size_t peak = device_used_bytes() - used0;
+  double weight_bytes = double(w.arena.nbytes());
+  int max_out = *std::max_element(out_lens.begin(), out_lens.end());
+  double floor_s = bw > 0 ? weight_bytes * max_out / bw : 0;
+  std::printf("| preset | workload | device | seqs | generated tok | time s | tok/s | floor s | x floor | peak GiB |\n");
+  std::printf("| %s | %s | %s %s | %zu | %lld | %.3f | %.0f | %.3f | %.2f | %.2f |\n", preset.c_str(),
+              workload.c_str(), device.c_str(), dtype.c_str(), prompts.size() * size_t(n_per_prompt),
+              (long long)gen, secs, gen / secs, floor_s, floor_s > 0 ? secs / floor_s : 0.0, peak / 1073741824.0);
+  nlohmann::json j = {
+      {"bench", "rollout"},
+      {"date", today()},
+      {"device", device},
+      {"command", "bench_rollout --preset " + preset + " --workload " + workload + " --device " + device +
+                      " --dtype " + dtype},
+      {"config",
+       {{"preset", preset}, {"workload", workload}, {"dtype", dtype}, {"cuda_graphs", eo.use_cuda_graphs},
+        {"kv_gb", kv_gb}, {"max_num_seqs", max_seqs}, {"max_num_batched_tokens", max_batched}}},
+      {"metrics",
+       {{"seconds", secs}, {"generated_tokens", gen}, {"computed_tokens", computed},
+        {"tokens_per_s", gen / secs}, {"prefix_hit_tokens", after.prefix_hit_tokens - before.prefix_hit_tokens},
+        {"preemptions", after.preemptions - before.preemptions}, {"peak_device_bytes", peak},
+        {"weight_bytes", weight_bytes}, {"copy_bw_bytes_per_s", bw}, {"weight_read_floor_s", floor_s},
+        {"ratio_to_floor", floor_s > 0 ? secs / floor_s : 0.0}}}};
+  std::string path = out_dir + "/rollout-" + preset + "-" + workload + ".json";
+  std::ofstream(path) << j.dump(2) << "\n";
+  std::printf("wrote %s\n", path.c_str());
+  return 0;
+}

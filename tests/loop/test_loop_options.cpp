@@ -1,0 +1,103 @@
+// GRPO-loop options end to end on the CPU: μ iterations and several optimizer
+// steps per generation batch (rollout logprobs as old logprobs, deferred
+// checkpoints), the KL term against a frozen reference, importance-sampling
+// correction, exact resume with all of these, and early stopping.
+#include <filesystem>
+
+#include "loop_test_util.h"
+#include "model/safetensors.h"
+#include "train/checkpoint_state.h"
+#include "train/grpo_loop.h"
+
+using namespace grpo;
+using namespace grpo::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+Result<TrainLoopResult> run(const RunConfig& cfg, const std::string& out, bool resume = false, int64_t stop_after = 0) {
+  TrainLoopOptions o;
+  o.out_dir = out;
+  o.resume = resume;
+  o.n_threads = 2;
+  o.console = nullptr;
+  o.stop_after_steps = stop_after;
+  return grpo_train(cfg, o);
+}
+
+double num(const nlohmann::json& j, const char* k) {
+  EXPECT_TRUE(j.contains(k)) << k;
+  return j.contains(k) ? j[k].get<double>() : 0.0;
+}
+
+}  // namespace
+
+TEST(GrpoLoopOptions, OneGenerationFeedsMuTimesStepsPerGeneration) {
+  const std::string out = make_temp_dir("mu");
+  RunConfig cfg = tiny_config(4, {"train.beta=0.04", "train.importance_sampling=token_truncate",
+                                  "train.num_iterations=2", "train.steps_per_generation=2", "train.micro_batch=2",
+                                  "eval.every=0", "checkpoint.every=2", "checkpoint.save_final=false"});
+  auto r = run(cfg, out);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  MetricsFile m = read_metrics(out + "/metrics.jsonl");
+  ASSERT_EQ(m.steps.size(), 4u);
+  for (const auto& s : m.steps) EXPECT_EQ(num(s, "generation"), 1.0) << "4 steps = 2 iterations x 2 slices of one batch";
+  EXPECT_GT(num(m.steps[0], "time/rollout"), 0.0);
+  for (size_t i = 1; i < 4; ++i) EXPECT_EQ(num(m.steps[i], "time/rollout"), 0.0);
+  // Reference = the initial weights: no KL before the first update, some after.
+  EXPECT_EQ(num(m.steps[0], "kl"), 0.0);
+  EXPECT_GT(num(m.steps[2], "kl"), 0.0);
+  EXPECT_GT(num(m.steps[0], "is_ratio/mean"), 0.0);
+  // Off-policy slices: the ratio against the rollout policy moves, so the loss is not the on-policy 0-ish value.
+  EXPECT_NE(num(m.steps[3], "loss"), 0.0);
+  // The checkpoint due at step 2 (inside the batch) is deferred to its end (step 4).
+  auto cks = checkpoint_list(out);
+  ASSERT_EQ(cks.size(), 1u);
+  EXPECT_EQ(cks[0].first, 4);
+  fs::remove_all(out);
+}
+
+TEST(GrpoLoopOptions, ResumeIsBitExactWithReferenceAndIterations) {
+  const std::vector<std::string> sets = {"train.beta=0.04", "train.importance_sampling=token_truncate",
+                                         "train.num_iterations=2", "eval.every=0"};
+  const std::string a = make_temp_dir("mu_a"), b = make_temp_dir("mu_b");
+  ASSERT_TRUE(run(tiny_config(4, sets), a).ok());
+  ASSERT_TRUE(run(tiny_config(4, sets), b, false, 2).ok());
+  ASSERT_EQ(checkpoint_latest(b), b + "/checkpoint-2");
+  ASSERT_TRUE(run(tiny_config(4, sets), b, true).ok());
+  MetricsFile ma = read_metrics(a + "/metrics.jsonl"), mb = read_metrics(b + "/metrics.jsonl");
+  ASSERT_EQ(ma.steps.size(), 4u);
+  ASSERT_EQ(mb.steps.size(), 4u);
+  for (size_t i = 0; i < 4; ++i)
+    for (const char* k : {"loss", "kl", "grad_norm", "reward/mean", "is_ratio/mean"})
+      EXPECT_EQ(ma.steps[i][k], mb.steps[i][k]) << "step " << i + 1 << " " << k;
+  fs::remove_all(a);
+  fs::remove_all(b);
+}
+
+TEST(GrpoLoopOptions, EarlyStoppingEndsTheRunAndIsRecorded) {
+  const std::string out = make_temp_dir("early");
+  // min_delta 2: accuracy can never improve by that much, so the first eval after the start stops the run.
+  RunConfig cfg = tiny_config(6, {"eval.every=1", "eval.early_stopping_patience=1", "eval.early_stopping_min_delta=2"});
+  auto r = run(cfg, out);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_TRUE(r.value().stopped_early);
+  EXPECT_EQ(r.value().steps, 1);
+  EXPECT_EQ(checkpoint_latest(out), out + "/checkpoint-1");
+  auto text = read_file(out + "/checkpoint-1/trainer_state.json");
+  ASSERT_TRUE(text.ok());
+  auto st = trainer_state_from_json(nlohmann::json::parse(text.value()), "state");
+  ASSERT_TRUE(st.ok());
+  EXPECT_TRUE(st.value().stopped_early);
+  EXPECT_EQ(st.value().best_step, 0);
+  EXPECT_EQ(st.value().evals_without_improvement, 1);
+  fs::remove_all(out);
+}
+
+TEST(GrpoLoopOptions, ChatTemplateWithoutTemplateIsAnError) {
+  const std::string out = make_temp_dir("chat");
+  auto r = run(tiny_config(1, {"data.use_chat_template=true"}), out);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("chat template"), std::string::npos) << r.status().message();
+  fs::remove_all(out);
+}
