@@ -57,7 +57,6 @@ using KwArgs = std::vector<std::pair<std::string, Value>>;
 Value apply_filter(const std::string& name, const Value& in, const List& args, const KwArgs& kw, int line);
 bool apply_test(const std::string& name, const Value& v, const List& args, int line);
 Value call_method(const Value& obj, const std::string& name, const List& args, const KwArgs& kw, int line);
-bool has_method(const Value& obj, const std::string& name);
 [[noreturn]] void fail_at(int line, const std::string& msg);
 
 // ---- parsed template --------------------------------------------------------------

@@ -199,15 +199,6 @@ bool apply_test(const std::string& name, const Value& v, const List& args, int l
   fail_at(line, "chat template uses unsupported test '" + name + "'");
 }
 
-bool has_method(const Value& obj, const std::string& name) {
-  static const char* str_methods[] = {"startswith", "endswith", "split", "rsplit", "strip", "lstrip", "rstrip", "upper",
-                                      "lower", "replace", "title", "capitalize", "find", "count", "join", "splitlines"};
-  static const char* dict_methods[] = {"get", "items", "keys", "values"};
-  if (obj.kind == Value::string) return std::find(std::begin(str_methods), std::end(str_methods), name) != std::end(str_methods);
-  if (obj.kind == Value::dict) return std::find(std::begin(dict_methods), std::end(dict_methods), name) != std::end(dict_methods);
-  return false;
-}
-
 Value call_method(const Value& obj, const std::string& name, const List& a, const KwArgs& kw, int line) {
   if (obj.kind == Value::string) {
     const std::string& s = obj.s;

@@ -49,11 +49,10 @@ double find_metric(const MetricList& m, const std::string& name, double dflt) {
 }
 
 MetricList progress_fields(const MetricList& m, const MetricList& last_eval) {
-  MetricList shown;
-  for (const char* k : {"reward/mean", "accuracy", "loss", "completion/mean_length"})
-    shown.emplace_back(k == std::string("completion/mean_length") ? "len" : k == std::string("reward/mean") ? "reward"
-                       : k == std::string("accuracy")              ? "acc" : k,
-                       find_metric(m, k, 0.0));
+  MetricList shown = {{"reward", find_metric(m, "reward/mean", 0.0)},
+                      {"acc", find_metric(m, "accuracy", 0.0)},
+                      {"loss", find_metric(m, "loss", 0.0)},
+                      {"len", find_metric(m, "completion/mean_length", 0.0)}};
   if (!last_eval.empty()) shown.emplace_back("eval_acc", find_metric(last_eval, "eval/accuracy", 0.0));
   return shown;
 }

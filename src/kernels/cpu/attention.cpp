@@ -48,7 +48,9 @@ float attend_row(const float* q, int64_t n, int64_t D, float scale, KeyFn key, V
 
 // Smallest number of (token, head) rows worth a task: ~16 KFLOP of work per
 // task, so tiny decode steps stay on one thread instead of paying a hand-off.
-int64_t min_items(int64_t max_keys, int64_t D) { return std::max<int64_t>(1, (int64_t(1) << 13) / std::max<int64_t>(1, max_keys * D)); }
+int64_t min_items(int64_t max_keys, int64_t D) {
+  return std::max<int64_t>(1, (int64_t(1) << 13) / std::max<int64_t>(1, max_keys * D));
+}
 
 // Sequence index of every packed token.
 std::vector<int32_t> token_seqs(const AttnVarlen& meta, int64_t T) {

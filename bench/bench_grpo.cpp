@@ -1,0 +1,205 @@
+// GRPO step benchmark (issues 4 and 5): on a randomly initialised model of a
+// real architecture with forced lengths, one full GRPO step in one process:
+//   rollout  : the engine generates B prompts x G samples (prompt P, N new tokens,
+//              ignore_eos + min_tokens) reading the bf16 weights
+//   train    : forward + backward + AdamW over the B*G sequences (micro-batched),
+//              writing the same bf16 weights in place (fp32 master, fp32 moments)
+//   sync     : prefix-cache reset (the only weight-sync cost in single-copy mode)
+// It prints the time split, training MFU against the bf16 matmul rate measured
+// in the same run, the weight-read + 6·N·tokens floor, and the rollout-vs-trainer
+// logprob mismatch on the same batch (max / mean |Δ|, k3 KL). Writes
+// bench/results/grpo_step-<preset>.json and train_step-<preset>.json
+// (DESIGN.md section 6); bench/run_gpu_bench.sh adds the PyTorch peer.
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+
+#include "core/timer.h"
+#include "engine/engine.h"
+#include "kernels/linear.h"
+#include "model/presets.h"
+#include "model/train_model.h"
+#include "train/optimizer.h"
+#include "train/train_step.h"
+
+#ifdef GRPO_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+using namespace grpo;
+
+namespace {
+
+size_t device_used_bytes() {
+#ifdef GRPO_HAVE_CUDA
+  size_t free_b = 0, total = 0;
+  cudaMemGetInfo(&free_b, &total);
+  return total - free_b;
+#else
+  return 0;
+#endif
+}
+
+// bf16 GEMM rate through our own linear op (cuBLASLt), 8192^3, in FLOP/s.
+double matmul_rate(Context& ctx) {
+  if (ctx.device() != Device::cuda) return 0;
+  const int64_t n = 8192;
+  std::vector<float> host(size_t(n * n));
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (auto& x : host) x = nd(rng);
+  Tensor a = tensor_from_f32(Device::cuda, DType::bf16, host, {n, n});
+  Tensor b = tensor_from_f32(Device::cuda, DType::bf16, host, {n, n});
+  Tensor c = tensor_empty(Device::cuda, DType::bf16, {n, n});
+  for (int i = 0; i < 3; ++i) linear_forward(ctx, c, a, b, nullptr, false);
+  ctx.synchronize();
+  double t0 = now_seconds();
+  for (int i = 0; i < 10; ++i) linear_forward(ctx, c, a, b, nullptr, false);
+  ctx.synchronize();
+  return 2.0 * double(n) * n * n * 10 / (now_seconds() - t0);
+}
+
+std::string today() {
+  char buf[32];
+  std::time_t t = std::time(nullptr);
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&t));
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string preset = "qwen2.5-0.5b", device = "cuda", out_dir = "bench/results";
+  int n_prompts = 8, group = 8, prompt_len = 128, new_tokens = 512, micro_tokens = 16384, steps = 2;
+  double kv_gb = 16;
+  bool recompute = false, graphs = true;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--preset") preset = next();
+    else if (a == "--device") device = next();
+    else if (a == "--prompts") n_prompts = std::stoi(next());
+    else if (a == "--group") group = std::stoi(next());
+    else if (a == "--prompt-len") prompt_len = std::stoi(next());
+    else if (a == "--new") new_tokens = std::stoi(next());
+    else if (a == "--micro-tokens") micro_tokens = std::stoi(next());
+    else if (a == "--steps") steps = std::stoi(next());
+    else if (a == "--kv-gb") kv_gb = std::stod(next());
+    else if (a == "--recompute") recompute = true;
+    else if (a == "--no-graphs") graphs = false;
+    else if (a == "--out-dir") out_dir = next();
+    else {
+      std::fprintf(stderr, "usage: bench_grpo [--preset P] [--device cuda|cpu] [--prompts B] [--group G] "
+                           "[--prompt-len P] [--new N] [--micro-tokens T] [--steps S] [--recompute]\n");
+      return 2;
+    }
+  }
+  auto cfg = preset_config(preset);
+  if (!cfg.ok()) {
+    std::fprintf(stderr, "bench_grpo: %s\n", cfg.status().message().c_str());
+    return 1;
+  }
+  ContextOptions co;
+  co.device = device == "cuda" ? Device::cuda : Device::cpu;
+  Context ctx(co);
+  DType dt = co.device == Device::cuda ? DType::bf16 : DType::f32;
+  double flops_rate = matmul_rate(ctx);
+  size_t used0 = device_used_bytes();
+  ModelWeights w = weights_allocate(*cfg, co.device, dt);
+  weights_init_random(w, 1234, &ctx);
+  EngineOptions eo;
+  eo.kv_cache_bytes = size_t(kv_gb * double(1ull << 30));
+  eo.max_num_seqs = n_prompts * group;
+  eo.max_num_batched_tokens = std::max(8192, n_prompts * group);
+  eo.use_cuda_graphs = graphs && co.device == Device::cuda;
+  Engine engine(ctx, w, nullptr, eo);
+  AdamWConfig ac;
+  ac.weight_decay = 0.0f;
+  ac.max_grad_norm = 1.0f;
+  Optimizer opt = optimizer_create(ctx, w, ac);
+  TrainModelOptions to;
+  to.recompute = recompute;
+  TrainModel tm(to);
+  GrpoStepOptions so;
+  so.loss.loss_type = LossType::dapo;
+  so.loss.epsilon = 0.2f;
+  so.loss.epsilon_high = 0.28f;
+  so.loss.max_completion_length = new_tokens;
+  so.micro.max_tokens = micro_tokens;
+
+  std::mt19937 rng(42);
+  std::uniform_int_distribution<int> tok(0, cfg->vocab_size - 1);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  nlohmann::json last;
+  for (int step = 0; step < steps; ++step) {
+    std::vector<std::vector<int32_t>> prompts(size_t(n_prompts), std::vector<int32_t>(size_t(prompt_len)));
+    for (auto& p : prompts)
+      for (auto& x : p) x = tok(rng);
+    SamplingParams sp;
+    sp.n = group;
+    sp.max_tokens = new_tokens;
+    sp.min_tokens = new_tokens;
+    sp.ignore_eos = true;
+    sp.seed = uint64_t(step + 1);
+    ctx.synchronize();
+    double t0 = now_seconds();
+    auto outs = engine.generate(prompts, sp);
+    if (!outs.ok()) {
+      std::fprintf(stderr, "bench_grpo: %s\n", outs.status().message().c_str());
+      return 1;
+    }
+    ctx.synchronize();
+    double t1 = now_seconds();
+    std::vector<GrpoSample> samples;
+    int64_t gen_tokens = 0;
+    for (auto& o : *outs) {
+      GrpoSample s;
+      s.prompt = o.prompt_ids;
+      s.completion = o.completion_ids;
+      s.rollout_logp = o.logprobs_raw;
+      s.advantage = nd(rng);
+      gen_tokens += int64_t(o.completion_ids.size());
+      samples.push_back(std::move(s));
+    }
+    auto st = grpo_train_step(ctx, tm, w, opt, 1e-6, samples, so);
+    if (!st.ok()) {
+      std::fprintf(stderr, "bench_grpo: %s\n", st.status().message().c_str());
+      return 1;
+    }
+    ctx.synchronize();
+    double t2 = now_seconds();
+    engine.reset_prefix_cache();
+    double t3 = now_seconds();
+    const GrpoMetrics& m = st->metrics;
+    double train_tokens = double(st->n_tokens);
+    double n_params = double(cfg->n_params());
+    double mfu = flops_rate > 0 ? 6.0 * n_params * train_tokens / (t2 - t1) / flops_rate : 0;
+    std::printf("step %d: rollout %.3f s (%.0f tok/s)  train %.3f s (MFU %.1f%%)  sync %.6f s  total %.3f s  "
+                "mismatch max %.4g mean %.4g kl %.3g  grad_norm %.3g\n",
+                step, t1 - t0, gen_tokens / (t1 - t0), t2 - t1, 100 * mfu, t3 - t2, t3 - t0,
+                m.roll_abs_max, m.rollout_abs_diff_mean(), m.rollout_kl(), st->optim.grad_norm);
+    last = {{"rollout_s", t1 - t0}, {"train_s", t2 - t1}, {"sync_s", t3 - t2}, {"seconds", t3 - t0},
+            {"generated_tokens", gen_tokens}, {"rollout_tokens_per_s", gen_tokens / (t1 - t0)},
+            {"train_tokens", train_tokens}, {"train_mfu", mfu}, {"bf16_matmul_flops", flops_rate},
+            {"logprob_mismatch_max", m.roll_abs_max}, {"logprob_mismatch_mean", m.rollout_abs_diff_mean()},
+            {"logprob_mismatch_kl", m.rollout_kl()}, {"grad_norm", st->optim.grad_norm},
+            {"peak_device_bytes", device_used_bytes() - used0}, {"n_params", n_params}};
+  }
+  std::string cmdline = "bench_grpo --preset " + preset + " --device " + device;
+  nlohmann::json conf = {{"preset", preset}, {"prompts", n_prompts}, {"group", group},
+                         {"prompt_len", prompt_len}, {"new_tokens", new_tokens}, {"micro_tokens", micro_tokens},
+                         {"recompute", recompute}, {"cuda_graphs", eo.use_cuda_graphs}, {"loss", "dapo"}};
+  nlohmann::json step_j = {{"bench", "grpo_step"}, {"date", today()}, {"device", device},
+                           {"command", cmdline}, {"config", conf}, {"metrics", last}};
+  nlohmann::json train_j = step_j;
+  train_j["bench"] = "train_step";
+  train_j["metrics"]["seconds"] = last["train_s"];
+  std::ofstream(out_dir + "/grpo_step-" + preset + ".json") << step_j.dump(2) << "\n";
+  std::ofstream(out_dir + "/train_step-" + preset + ".json") << train_j.dump(2) << "\n";
+  std::printf("wrote %s/grpo_step-%s.json and train_step-%s.json\n", out_dir.c_str(), preset.c_str(), preset.c_str());
+  return 0;
+}
