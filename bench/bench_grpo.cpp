@@ -109,8 +109,7 @@ int main(int argc, char** argv) {
   DType dt = co.device == Device::cuda ? DType::bf16 : DType::f32;
   double flops_rate = matmul_rate(ctx);
   size_t used0 = device_used_bytes();
-  ModelWeights w = weights_allocate(*cfg, co.device, dt);
-  weights_init_random(w, 1234, &ctx);
+  ModelWeights w = weights_random(*cfg, co.device, dt, 1234, &ctx);
   EngineOptions eo;
   eo.kv_cache_bytes = size_t(kv_gb * double(1ull << 30));
   eo.max_num_seqs = n_prompts * group;
@@ -136,7 +135,7 @@ int main(int argc, char** argv) {
   std::normal_distribution<float> nd(0.f, 1.f);
   nlohmann::json last;
   for (int step = 0; step < steps; ++step) {
-    std::vector<std::vector<int32_t>> prompts(size_t(n_prompts), std::vector<int32_t>(size_t(prompt_len)));
+    std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(n_prompts), std::vector<int32_t>(static_cast<size_t>(prompt_len)));
     for (auto& p : prompts)
       for (auto& x : p) x = tok(rng);
     SamplingParams sp;

@@ -106,8 +106,7 @@ int main(int argc, char** argv) {
   DType dt = dtype == "bf16" ? DType::bf16 : DType::f32;
   double bw = co.device == Device::cuda ? copy_bandwidth_bytes_per_s() : 0;
   size_t used0 = device_used_bytes();
-  ModelWeights w = weights_allocate(*cfg, co.device, dt);
-  weights_init_random(w, 1234, &ctx);
+  ModelWeights w = weights_random(*cfg, co.device, dt, 1234, &ctx);
   EngineOptions eo;
   eo.kv_cache_bytes = size_t(kv_gb * double(1ull << 30));
   eo.max_num_seqs = max_seqs;

@@ -256,3 +256,14 @@ Status init_model_write(const InitModelOptions& opt, Context* ctx) {
 }
 
 }  // namespace grpo
+
+namespace grpo {
+ModelWeights weights_random(const ModelConfig& cfg, Device dev, DType dt, uint64_t seed, Context* ctx) {
+  ModelWeights host = weights_allocate(cfg, Device::cpu, dt);
+  weights_init_random(host, seed, ctx);
+  if (dev == Device::cpu) return host;
+  ModelWeights w = weights_allocate(cfg, dev, dt);
+  tensor_copy(w.arena, host.arena);
+  return w;
+}
+}  // namespace grpo

@@ -54,3 +54,9 @@ struct InitModelOptions {
 Status init_model_write(const InitModelOptions& opt, Context* ctx = nullptr);
 
 }  // namespace grpo
+
+namespace grpo {
+// Randomly initialised weights (as weights_init_random) on any device: filled
+// on the host, then copied. For benchmarks and tests of real-size shapes.
+ModelWeights weights_random(const ModelConfig& cfg, Device dev, DType dt, uint64_t seed, Context* ctx = nullptr);
+}  // namespace grpo

@@ -27,15 +27,21 @@ inline std::string make_temp_dir(const char* tag) {
 }
 
 // HF directory of stories260K (model + tokenizer files), converted once.
+// Removed when the test process exits.
 inline const std::string& tiny_model_dir() {
-  static const std::string dir = [] {
+  struct Dir {
+    std::string path;
+    ~Dir() { std::filesystem::remove_all(path); }
+  };
+  static const Dir dir{make_temp_dir("model")};
+  static const bool converted = [] {
     const std::string src = std::string(GRPO_SHARED_DIR) + "/data/models/stories260K";
-    std::string d = make_temp_dir("model");
-    Status s = convert_llama2c(src + "/stories260K.bin", src + "/tok512.bin", d);
+    Status s = convert_llama2c(src + "/stories260K.bin", src + "/tok512.bin", dir.path);
     GRPO_CHECK_MSG(s.ok(), s.message().c_str());
-    return d;
+    return true;
   }();
-  return dir;
+  (void)converted;
+  return dir.path;
 }
 
 // A few-second run on the CPU: B = 2 prompts × G = 4 samples, 12 new tokens,

@@ -144,7 +144,8 @@ void run_arch(const std::string& arch) {
       dlogp = out.dlogp;
       const json& M = cs.at("metrics");
       EXPECT_NEAR(out.metrics.kl_mean(), M.at("kl").get<double>(), 1e-6 + 1e-4 * std::fabs(M["kl"].get<double>()));
-      EXPECT_NEAR(out.metrics.entropy_mean(), M.at("entropy").get<double>(), 1e-5);
+      EXPECT_NEAR(out.metrics.entropy_mean(), M.at("entropy").get<double>(),
+                  1e-5 + 1e-4 * std::fabs(M.at("entropy").get<double>()));  // BLAS kernels differ across CPUs
       EXPECT_NEAR(out.metrics.clip_low_frac(), M.at("clip_low").get<double>(), 1e-6);
       EXPECT_NEAR(out.metrics.clip_high_frac(), M.at("clip_high").get<double>(), 1e-6);
       EXPECT_NEAR(out.metrics.clip_region_frac(), M.at("clip_region").get<double>(), 1e-6);

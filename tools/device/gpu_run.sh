@@ -6,6 +6,7 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 B=${BUILD:-build-static}
+[ -f .carry/bin.tar.xz ] && tar xJf .carry/bin.tar.xz
 # Tests find fixtures through the absolute paths baked in at build time.
 if [ ! -e /work/main ]; then mkdir -p /work && ln -s "$PWD" /work/main; fi
 if [ ! -e /work/shared/data ]; then mkdir -p /work/shared && ln -s "$PWD/.carry/shared" /work/shared/data; fi
@@ -16,7 +17,7 @@ if [[ "$what" == *" tests "* ]]; then
   for t in cuda engine train kernels transformer; do
     [ -x $B/grpo_tests_$t ] || continue
     echo "=== grpo_tests_$t"
-    timeout 300 $B/grpo_tests_$t --gtest_brief=1 > "$OUT/logs/tests_$t.log" 2>&1
+    timeout 200 $B/grpo_tests_$t --gtest_brief=1 > "$OUT/logs/tests_$t.log" 2>&1
     echo "rc=$?"; grep -E "FAILED|PASSED|SKIPPED \[|tests ran" "$OUT/logs/tests_$t.log" | head -30
   done
 fi
@@ -27,14 +28,14 @@ if [[ "$what" == *" rollout "* ]]; then
   for preset in ${PRESETS:-qwen2.5-0.5b qwen3-0.6b}; do
     for wl in ${WORKLOADS:-grpo nanovllm}; do
       echo "=== bench_rollout $preset $wl"
-      timeout 300 $B/bench_rollout --preset $preset --workload $wl --device cuda --dtype bf16 ${ROLLOUT_FLAGS:-} 2>&1 | tail -6
+      timeout 120 $B/bench_rollout --preset $preset --workload $wl --device cuda --dtype bf16 ${ROLLOUT_FLAGS:-} 2>&1 | tail -6
     done
   done
 fi
 if [[ "$what" == *" grpo "* ]]; then
   for preset in ${PRESETS:-qwen2.5-0.5b qwen3-0.6b}; do
     echo "=== bench_grpo $preset"
-    timeout 300 $B/bench_grpo --preset $preset --device cuda ${GRPO_FLAGS:-} 2>&1 | tail -6
+    timeout 150 $B/bench_grpo --preset $preset --device cuda ${GRPO_FLAGS:-} 2>&1 | tail -6
   done
 fi
 if [[ "$what" == *" peer "* ]]; then

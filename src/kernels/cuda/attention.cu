@@ -284,8 +284,8 @@ void launch_split(Context& ctx, AttnArgs a, int64_t n_tok, bool paged) {
 void run_split(Context& ctx, AttnArgs a, DType dt, int D, int64_t max_ctx, bool paged) {
   if (a.T == 0) return;
   GRPO_CHECK_MSG(a.Hkv > 0 && a.Hq % a.Hkv == 0, "attention: Hq must be a multiple of Hkv");
-  GRPO_CHECK_MSG(D == 16 || D == 32 || D == 48 || D == 64 || D == 96 || D == 128,
-                 "attention (cuda): head dim must be 16, 32, 48, 64, 96 or 128");
+  GRPO_CHECK_MSG(D == 8 || D == 16 || D == 32 || D == 48 || D == 64 || D == 96 || D == 128,
+                 "attention (cuda): head dim must be 8, 16, 32, 48, 64, 96 or 128");
   a.G = a.Hq / a.Hkv;
   a.n_hgroups = int(ceil_div(a.G, kMaxG));
   if (max_ctx < 1) max_ctx = 1;
@@ -307,6 +307,7 @@ void run_split(Context& ctx, AttnArgs a, DType dt, int D, int64_t max_ctx, bool 
     const int64_t n = a.T - t0 < chunk ? a.T - t0 : chunk;
     GRPO_DISPATCH_FLOAT(dt, T, {
       switch (D) {
+        case 8: launch_split<T, 8>(ctx, a, n, paged); break;  // llama2.c stories260K
         case 16: launch_split<T, 16>(ctx, a, n, paged); break;
         case 32: launch_split<T, 32>(ctx, a, n, paged); break;
         case 48: launch_split<T, 48>(ctx, a, n, paged); break;
