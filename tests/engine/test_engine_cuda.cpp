@@ -85,6 +85,9 @@ TEST(EngineCuda, GraphsGiveTheSameOutputsAsEagerDecode) {
   }
 }
 
+// Issue 3 asks for batch-composition independence in fp32. (In bf16, cuBLASLt picks
+// different GEMM kernels for different batch sizes, so logprobs differ in the last
+// bits and a near-tie sample may flip; docs/engine.md records this.)
 TEST(EngineCuda, OutputsDoNotDependOnBatchComposition) {
   REQUIRE_CUDA();
   SamplingParams p;
@@ -95,8 +98,8 @@ TEST(EngineCuda, OutputsDoNotDependOnBatchComposition) {
   p.ignore_eos = true;
   const auto target = prompts()[2];
   Context c1(cuda_ctx()), c2(cuda_ctx());
-  Engine alone(c1, cuda_stories(DType::bf16), nullptr, opts(false));
-  Engine crowd(c2, cuda_stories(DType::bf16), nullptr, opts(false));
+  Engine alone(c1, cuda_stories(DType::f32), nullptr, opts(false));
+  Engine crowd(c2, cuda_stories(DType::f32), nullptr, opts(false));
   auto a = alone.generate({target}, p);
   SamplingParams other = p;
   other.seed = 1;

@@ -27,8 +27,8 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
-constexpr int kMaxG = 8;     // query heads per block
-constexpr int kPart = 256;   // key positions per partition
+constexpr int kMaxG = 8;     // most query heads per block (MG: 2 or 8 by the GQA group size)
+constexpr int kPart = 256;   // key positions per partition (64 measured slower for B=64 decode)
 constexpr int kUnroll = 4;   // keys in flight per lane group (~233 regs bf16, no spills)
 
 struct AttnArgs {
@@ -58,7 +58,7 @@ constexpr int pow2ceil(int x) {
   return p;
 }
 
-template <class T, int D, bool PAGED>
+template <class T, int D, int MG, bool PAGED>
 __global__ void __launch_bounds__(kThreads) attn_split_kernel(AttnArgs a) {
   constexpr int VEC = Vec16<T>::n;
   constexpr int NV = D / VEC;            // 16-byte vectors per key row
@@ -67,13 +67,13 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(AttnArgs a) {
   constexpr int KPW = 32 / TPK;    // keys per warp
   constexpr int KPB = kWarps * KPW;
   static_assert(TPK >= 1 && TPK <= 32 && (TPK & (TPK - 1)) == 0, "unsupported head dim");
-  __shared__ float sm_m[kWarps][kMaxG], sm_l[kWarps][kMaxG];
-  __shared__ float sm_acc[kWarps][kMaxG][D];
+  __shared__ float sm_m[kWarps][MG], sm_l[kWarps][MG];
+  __shared__ float sm_acc[kWarps][MG][D];
 
   const int64_t tok = a.tok0 + blockIdx.x;
   const int kh = blockIdx.y / a.n_hgroups;
-  const int qh0 = kh * a.G + (blockIdx.y % a.n_hgroups) * kMaxG;
-  const int ng = min(kMaxG, kh * a.G + a.G - qh0);
+  const int qh0 = kh * a.G + (blockIdx.y % a.n_hgroups) * MG;
+  const int ng = min(MG, kh * a.G + a.G - qh0);
   const int split = blockIdx.z;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int dpart = lane % TPK;
@@ -109,9 +109,9 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(AttnArgs a) {
   const T* q = static_cast<const T*>(a.q);
   const T* kc = static_cast<const T*>(a.k);
   const T* vc = static_cast<const T*>(a.v);
-  float qv[kMaxG][VEC];
+  float qv[MG][VEC];
 #pragma unroll
-  for (int g = 0; g < kMaxG; ++g) {
+  for (int g = 0; g < MG; ++g) {
     if (g < ng && dpart < NV) {
       load_vec(q + ((tok * a.Hq) + qh0 + g) * D + dpart * VEC, qv[g]);
     } else {
@@ -119,9 +119,9 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(AttnArgs a) {
       for (int i = 0; i < VEC; ++i) qv[g][i] = 0.f;
     }
   }
-  float m[kMaxG], l[kMaxG], acc[kMaxG][VEC];
+  float m[MG], l[MG], acc[MG][VEC];
 #pragma unroll
-  for (int g = 0; g < kMaxG; ++g) {
+  for (int g = 0; g < MG; ++g) {
     m[g] = -INFINITY;
     l[g] = 0.f;
 #pragma unroll
@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(AttnArgs a) {
     }
     // Per head: the kUnroll scores of this batch, one rescale of (l, acc) per batch.
 #pragma unroll
-    for (int g = 0; g < kMaxG; ++g) {
+    for (int g = 0; g < MG; ++g) {
       if (g >= ng) break;
       float sc[kUnroll];
       float mx = m[g];
@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(AttnArgs a) {
 #pragma unroll
   for (int o = TPK; o < 32; o <<= 1) {
 #pragma unroll
-    for (int g = 0; g < kMaxG; ++g) {
+    for (int g = 0; g < MG; ++g) {
       if (g >= ng) break;
       const float mo = __shfl_xor_sync(0xffffffffu, m[g], o);
       const float lo_ = __shfl_xor_sync(0xffffffffu, l[g], o);
@@ -206,7 +206,7 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(AttnArgs a) {
   }
   if (lane < TPK) {
 #pragma unroll
-    for (int g = 0; g < kMaxG; ++g) {
+    for (int g = 0; g < MG; ++g) {
       if (g >= ng) break;
       if (dpart < NV) {
 #pragma unroll
@@ -267,11 +267,23 @@ __global__ void attn_combine_kernel(T* __restrict__ out, float* __restrict__ lse
   }
 }
 
+template <class T, int D, int MG>
+void launch_split_g(Context& ctx, const AttnArgs& a, dim3 grid, bool paged) {
+  if (paged) attn_split_kernel<T, D, MG, true><<<grid, kThreads, 0, stream_of(ctx)>>>(a);
+  else attn_split_kernel<T, D, MG, false><<<grid, kThreads, 0, stream_of(ctx)>>>(a);
+}
+
+// Heads per block by the GQA group size: fewer register-resident heads when G is small.
+// The per-head arithmetic is the same for every MG, so results do not depend on it.
+inline int heads_per_block(int G) { return G <= 2 ? 2 : kMaxG; }  // two variants: compile time
+
 template <class T, int D>
 void launch_split(Context& ctx, AttnArgs a, int64_t n_tok, bool paged) {
   dim3 grid(unsigned(n_tok), unsigned(a.Hkv * a.n_hgroups), unsigned(a.n_splits));
-  if (paged) attn_split_kernel<T, D, true><<<grid, kThreads, 0, stream_of(ctx)>>>(a);
-  else attn_split_kernel<T, D, false><<<grid, kThreads, 0, stream_of(ctx)>>>(a);
+  switch (heads_per_block(a.G)) {
+    case 2: launch_split_g<T, D, 2>(ctx, a, grid, paged); break;
+    default: launch_split_g<T, D, kMaxG>(ctx, a, grid, paged); break;
+  }
   CUDA_CHECK_LAUNCH();
   if (a.n_splits > 1) {
     attn_combine_kernel<T><<<dim3(unsigned(n_tok), unsigned(a.Hq)), D, 0, stream_of(ctx)>>>(
@@ -287,7 +299,7 @@ void run_split(Context& ctx, AttnArgs a, DType dt, int D, int64_t max_ctx, bool 
   GRPO_CHECK_MSG(D == 8 || D == 16 || D == 32 || D == 48 || D == 64 || D == 96 || D == 128,
                  "attention (cuda): head dim must be 8, 16, 32, 48, 64, 96 or 128");
   a.G = a.Hq / a.Hkv;
-  a.n_hgroups = int(ceil_div(a.G, kMaxG));
+  a.n_hgroups = int(ceil_div(a.G, heads_per_block(a.G)));
   if (max_ctx < 1) max_ctx = 1;
   a.n_splits = int(ceil_div(max_ctx, kPart));
   GRPO_CHECK_MSG(a.n_splits <= 65535 && int64_t(a.Hkv) * a.n_hgroups <= 65535, "attention: grid too large");
