@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The main job: sets up and builds grpo.cpp, then runs the embedded default.
-# Until `grpo train` lands this converts the real pretrained stories260K Llama
-# (shipped in ../shared/data/models) and generates from it on the CPU.
+# The embedded default is GRPO on the synthetic arithmetic environment with the
+# tiny model shipped in models/arith-tiny (examples/default.toml). Without that
+# model it converts the real pretrained stories260K Llama (../shared/data/models)
+# and generates from it on the CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh build
-if [ -f examples/default.toml ] && ./build/grpo train --help >/dev/null 2>&1; then
+if [ -f examples/default.toml ] && [ -f models/arith-tiny/model.safetensors ]; then
+  rm -rf runs/default
   exec ./build/grpo train examples/default.toml --out runs/default "$@"
 fi
 SHARED="${GRPO_SHARED:-../shared}"
