@@ -11,55 +11,6 @@
 
 namespace grpo {
 
-namespace {
-
-void log_report(const Dataset& d) {
-  if (d.report.n_bad > 0) GRPO_LOG_WARN("%s", jsonl_report_summary(d.name, d.report).c_str());
-}
-
-}  // namespace
-
-Result<std::unique_ptr<Environment>> loop_make_environment(const RunConfig& cfg, const RunPaths& paths) {
-  const DataSection& d = cfg.data;
-  JsonlOptions jo;
-  jo.on_bad_line = d.on_bad_line == "skip" ? BadLinePolicy::skip : BadLinePolicy::fail;
-  if (d.env == "arithmetic") {
-    ArithmeticConfig ac;
-    ac.seed = uint64_t(d.seed);
-    ac.difficulty = int(d.arithmetic.difficulty);
-    ac.style = d.arithmetic.style == "verbose"      ? ArithmeticStyle::verbose
-               : d.arithmetic.style == "expression" ? ArithmeticStyle::expression
-                                                    : ArithmeticStyle::compact;
-    ac.train_size = size_t(d.arithmetic.train_size);
-    ac.test_size = size_t(d.arithmetic.test_size);
-    ac.test_permille = int(d.arithmetic.test_permille);
-    GRPO_TRY(ac.validate().with_context("[data.arithmetic]"));
-    return std::unique_ptr<Environment>(std::make_unique<ArithmeticEnv>(ac));
-  }
-  if (d.env == "gsm8k") {
-    Gsm8kPaths gp{paths.train_data, paths.eval_data};
-    GRPO_ASSIGN_OR_RETURN(auto env, gsm8k_env_load(gp, jo));
-    log_report(env->dataset(Split::train));
-    log_report(env->dataset(Split::test));
-    return std::unique_ptr<Environment>(std::move(env));
-  }
-  // jsonl
-  FieldMap map;
-  map.prompt_field = d.prompt_field;
-  map.answer_field = d.answer_field;
-  map.answer_is_solution = d.answer_is_solution;
-  GRPO_ASSIGN_OR_RETURN(Dataset train, dataset_load_jsonl(paths.train_data, "train", map, jo));
-  Dataset test;
-  test.name = "test";
-  if (!paths.eval_data.empty()) {
-    GRPO_ASSIGN_OR_RETURN(test, dataset_load_jsonl(paths.eval_data, "test", map, jo));
-  }
-  if (train.size() == 0) return error_status("data.train_path = \"" + paths.train_data + "\": no examples");
-  log_report(train);
-  log_report(test);
-  return std::unique_ptr<Environment>(std::make_unique<NumericQaEnv>("jsonl", std::move(train), std::move(test)));
-}
-
 PromptFormat prompt_format_from_config(const RunConfig& cfg) {
   PromptFormat f;
   f.prompt_template = cfg.data.prompt_template;

@@ -14,9 +14,7 @@
 
 namespace grpo {
 
-// gsm8k | arithmetic | jsonl from cfg.data with the resolved paths. Bad-line
-// reports of skipped JSONL rows are logged.
-Result<std::unique_ptr<Environment>> loop_make_environment(const RunConfig& cfg, const RunPaths& paths);
+// The environment comes from run_config_make_env (train/run_config.h).
 
 struct PromptFormat {
   std::string prompt_template = "{question}";

@@ -163,7 +163,7 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
     return error_status("tokenizer " + r.tok->source() + " has " + std::to_string(r.tok->vocab_size()) +
                         " ids but the model's vocab_size is " + std::to_string(r.weights->config.vocab_size) +
                         ": model and tokenizer do not belong together");
-  GRPO_ASSIGN_OR_RETURN(r.env, loop_make_environment(cfg, r.paths));
+  GRPO_ASSIGN_OR_RETURN(r.env, run_config_make_env(cfg, r.paths));
   GRPO_ASSIGN_OR_RETURN(RewardComposer rc, RewardComposer::make(cfg.reward));
   r.rewards = std::make_unique<RewardComposer>(std::move(rc));
   r.format = prompt_format_from_config(cfg);
