@@ -18,6 +18,7 @@
 #include <random>
 #include <string>
 
+#include "bench_util.h"
 #include "core/timer.h"
 #include "engine/engine.h"
 #include "kernels/linear.h"
@@ -31,18 +32,10 @@
 #endif
 
 using namespace grpo;
+using grpo::bench::device_used_bytes;
+using grpo::bench::today;
 
 namespace {
-
-size_t device_used_bytes() {
-#ifdef GRPO_HAVE_CUDA
-  size_t free_b = 0, total = 0;
-  cudaMemGetInfo(&free_b, &total);
-  return total - free_b;
-#else
-  return 0;
-#endif
-}
 
 // bf16 GEMM rate through our own linear op (cuBLASLt), 8192^3, in FLOP/s.
 double matmul_rate(Context& ctx) {
@@ -61,13 +54,6 @@ double matmul_rate(Context& ctx) {
   for (int i = 0; i < 10; ++i) linear_forward(ctx, c, a, b, nullptr, false);
   ctx.synchronize();
   return 2.0 * double(n) * n * n * 10 / (now_seconds() - t0);
-}
-
-std::string today() {
-  char buf[32];
-  std::time_t t = std::time(nullptr);
-  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&t));
-  return buf;
 }
 
 }  // namespace

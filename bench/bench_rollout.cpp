@@ -17,6 +17,7 @@
 #include <random>
 #include <string>
 
+#include "bench_util.h"
 #include "core/timer.h"
 #include "engine/engine.h"
 #include "model/presets.h"
@@ -26,6 +27,8 @@
 #endif
 
 using namespace grpo;
+using grpo::bench::device_used_bytes;
+using grpo::bench::today;
 
 namespace {
 
@@ -51,23 +54,6 @@ double copy_bandwidth_bytes_per_s() {
 #else
   return 0;
 #endif
-}
-
-size_t device_used_bytes() {
-#ifdef GRPO_HAVE_CUDA
-  size_t free_b = 0, total = 0;
-  cudaMemGetInfo(&free_b, &total);
-  return total - free_b;
-#else
-  return 0;
-#endif
-}
-
-std::string today() {
-  char buf[32];
-  std::time_t t = std::time(nullptr);
-  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&t));
-  return buf;
 }
 
 }  // namespace

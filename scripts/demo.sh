@@ -6,13 +6,14 @@
 # and generates from it on the CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh build
+# The demo runs on the CPU: build without CUDA (faster) in its own folder.
+GRPO_CUDA=OFF bash scripts/setup.sh build-demo
 if [ -f examples/default.toml ] && [ -f models/arith-tiny/model.safetensors ]; then
   rm -rf runs/default
-  exec ./build/grpo train examples/default.toml --out runs/default "$@"
+  exec ./build-demo/grpo train examples/default.toml --out runs/default "$@"
 fi
 SHARED="${GRPO_SHARED:-../shared}"
 mkdir -p runs
-./build/grpo convert llama2c --model "$SHARED/data/models/stories260K/stories260K.bin" \
+./build-demo/grpo convert llama2c --model "$SHARED/data/models/stories260K/stories260K.bin" \
   --tokenizer "$SHARED/data/models/stories260K/tok512.bin" --out runs/stories260K
-exec ./build/grpo generate --model runs/stories260K --prompt "Once upon a time" --max-tokens 200 --temperature 0 "$@"
+exec ./build-demo/grpo generate --model runs/stories260K --prompt "Once upon a time" --max-tokens 200 --temperature 0 "$@"
