@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The demo runs on the CPU: build without CUDA (faster) in its own folder.
-GRPO_CUDA=OFF bash scripts/setup.sh build-demo
+GRPO_CUDA=OFF bash scripts/setup.sh build-demo grpo
 if [ -f examples/default.toml ] && [ -f models/arith-tiny/model.safetensors ]; then
   rm -rf runs/default
   exec ./build-demo/grpo train examples/default.toml --out runs/default "$@"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages grpo.cpp builds with (idempotent) and builds it.
-# Usage: scripts/setup.sh [build-dir]   (default: build)
+# Usage: scripts/setup.sh [build-dir] [target]   (default: build, all targets)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PKGS="cmake g++ make libopenblas-dev libpcre2-dev libutf8proc-dev nlohmann-json3-dev libtomlplusplus-dev libcli11-dev libcpp-httplib-dev libgtest-dev"
@@ -19,4 +19,8 @@ else
   CUDA_FLAG="-DGRPO_CUDA=$GRPO_CUDA"
 fi
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release $CUDA_FLAG >/dev/null
-cmake --build "$BUILD" -j"$(nproc)"
+if [ -n "${2:-}" ]; then
+  cmake --build "$BUILD" --target "$2" -j"$(nproc)"
+else
+  cmake --build "$BUILD" -j"$(nproc)"
+fi
