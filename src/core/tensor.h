@@ -57,11 +57,12 @@ Tensor tensor_empty(Device dev, DType dt, const std::vector<int64_t>& shape);
 Tensor tensor_zeros(Device dev, DType dt, std::initializer_list<int64_t> shape);
 Tensor tensor_zeros(Device dev, DType dt, const std::vector<int64_t>& shape);
 
-// Byte copy between any devices (same dtype and numel). Synchronous.
+// Byte copy between any devices (same dtype and numel). Synchronous with respect to
+// every stream, so kernels queued later on any context see the data.
 void tensor_copy(Tensor& dst, const Tensor& src);
 // Copy with float dtype conversion; on the host only or device<->host through a staging buffer.
 void tensor_copy_convert(Tensor& dst, const Tensor& src);
-void tensor_fill_zero(Tensor& t);
+void tensor_fill_zero(Tensor& t);  // synchronous like tensor_copy
 // Host f32 copy of any float tensor (for tests and debugging).
 std::vector<float> tensor_to_f32(const Tensor& t);
 Tensor tensor_from_f32(Device dev, DType dt, const std::vector<float>& v, const std::vector<int64_t>& shape);

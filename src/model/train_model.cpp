@@ -99,12 +99,6 @@ struct TrainState {
   int kept_tokens = 0;
 };
 
-void legacy_stream_barrier(const Tensor& t) {
-  if (t.device != Device::cuda || t.numel() == 0) return;
-  Tensor host = tensor_empty(Device::cpu, t.dtype, {1});
-  tensor_copy(host, tensor_borrow(t.data, t.dtype, t.device, {1}));
-}
-
 TrainModel::TrainModel(const TrainModelOptions& o) : opt(o), state(std::make_unique<TrainState>()) {}
 TrainModel::~TrainModel() = default;
 TrainModel::TrainModel(TrainModel&&) noexcept = default;
@@ -152,7 +146,6 @@ Result<TrainBatch> train_batch_build(Context& ctx, const std::vector<std::vector
   b.rows = upload_i32(ctx, rows);
   b.targets = upload_i32(ctx, targets);
   b.attn.cu_seqlens_dev = upload_i32(ctx, b.attn.cu_seqlens);
-  legacy_stream_barrier(b.attn.cu_seqlens_dev);
   return b;
 }
 

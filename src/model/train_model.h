@@ -78,12 +78,6 @@ void train_model_forward(Context& ctx, TrainModel& m, const ModelWeights& w, con
 void train_model_backward(Context& ctx, TrainModel& m, const ModelWeights& w, const TrainBatch& b,
                           const Tensor& dlogp, ModelWeights& grads);
 
-// Host<->device copies (tensor_copy, tensor_fill_zero) run on CUDA's legacy
-// stream, which a non-blocking context stream does not wait for. After such a
-// copy or fill into memory that kernels on ctx's stream will read, call this:
-// a 1-element device-to-host copy that returns only when the legacy stream's
-// earlier work is done. No-op on the CPU.
-void legacy_stream_barrier(const Tensor& t);
 
 // Activation memory of a forward kept for backward, for T tokens (sizing budgets).
 int64_t train_activation_bytes(const ModelConfig& cfg, DType dt, int64_t T, bool recompute);

@@ -54,7 +54,6 @@ Optimizer optimizer_create(Context& ctx, ModelWeights& params, const AdamWConfig
   o.v = tensor_zeros(dev, DType::f32, {n});
   o.grad_arena = tensor_zeros(dev, DType::f32, {n});
   weights_bind(o.grads, params.config, o.grad_arena);
-  legacy_stream_barrier(o.grad_arena);  // the zero fills are done before any kernel reads them
   if (arena.dtype == DType::f32) {
     o.master = arena;
   } else {
@@ -65,9 +64,7 @@ Optimizer optimizer_create(Context& ctx, ModelWeights& params, const AdamWConfig
 }
 
 void optimizer_zero_grad(Context& ctx, Optimizer& opt) {
-  ctx.synchronize();  // the fill is not on ctx's stream: earlier kernels must be done ...
-  tensor_fill_zero(opt.grad_arena);
-  legacy_stream_barrier(opt.grad_arena);  // ... and later ones must see it
+  tensor_fill_zero(opt.grad_arena);  // synchronous with every stream (core/tensor.cpp)
 }
 
 double grad_global_norm(Context& ctx, const Optimizer& opt) { return std::sqrt(sum_squares(ctx, opt.grad_arena)); }

@@ -78,7 +78,6 @@ std::vector<float> forward_keep(Context& ctx, TrainModel& m, const ModelWeights&
 void backward_host(Context& ctx, TrainModel& m, const ModelWeights& w, const TrainBatch& b,
                    const std::vector<float>& dlogp, Optimizer& opt) {
   Tensor d = tensor_from_f32(ctx.device(), DType::f32, dlogp, {int64_t(dlogp.size())});
-  legacy_stream_barrier(d);
   train_model_backward(ctx, m, w, b, d, opt.grads);
 }
 

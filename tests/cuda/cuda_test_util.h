@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "../kernels/kernel_test_util.h"
 #include "core/context.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
@@ -43,20 +44,8 @@ inline Context& gpu_ctx() {
   return *c;
 }
 
-inline std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
-inline std::vector<int32_t> randint(size_t n, int32_t lo, int32_t hi, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::uniform_int_distribution<int32_t> d(lo, hi - 1);
-  std::vector<int32_t> v(n);
-  for (int32_t& x : v) x = d(g);
-  return v;
-}
+using test::randint;
+using test::randn;
 
 // Values as the dtype stores them (bf16/f16 round to nearest even).
 inline std::vector<float> rounded(std::vector<float> v, DType dt) {
@@ -73,17 +62,8 @@ inline Tensor host(std::vector<float>& v, const std::vector<int64_t>& shape) {
 inline Tensor host_i32(std::vector<int32_t>& v, const std::vector<int64_t>& shape) {
   return tensor_borrow(v.data(), DType::i32, Device::cpu, shape);
 }
-// tensor_copy uses cudaMemcpy on the legacy stream, which does not order with the
-// context's non-blocking stream (a pageable H2D copy may still be in flight when it
-// returns): wait for the device after every upload.
-inline void upload_done() {
-#ifdef GRPO_HAVE_CUDA
-  cudaDeviceSynchronize();
-#endif
-}
 inline Tensor dev(const std::vector<float>& v, DType dt, const std::vector<int64_t>& shape) {
   Tensor t = tensor_from_f32(Device::cuda, dt, v, shape);
-  upload_done();
   return t;
 }
 template <class I>
@@ -91,7 +71,6 @@ inline Tensor dev_int(const std::vector<I>& v, DType dt, const std::vector<int64
   Tensor t = tensor_empty(Device::cuda, dt, shape);
   Tensor h = tensor_borrow(const_cast<I*>(v.data()), dt, Device::cpu, shape);
   tensor_copy(t, h);
-  upload_done();
   return t;
 }
 // A device tensor filled with NaN: unwritten elements fail every comparison.

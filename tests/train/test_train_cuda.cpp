@@ -57,9 +57,7 @@ void run_model(Context& ctx, const ModelWeights& w, const Fixture& f, bool recom
   train_model_forward(ctx, m, w, *b, lp, nullptr, true);
   ModelWeights g;
   weights_bind(g, w.config, tensor_zeros(ctx.device(), DType::f32, {weights_numel(w.config)}));
-  legacy_stream_barrier(g.arena);
   Tensor d = tensor_from_f32(ctx.device(), DType::f32, f.dlogp, {int64_t(f.dlogp.size())});
-  legacy_stream_barrier(d);
   train_model_backward(ctx, m, w, *b, d, g);
   ctx.synchronize();
   *logp = tensor_to_f32(lp);
