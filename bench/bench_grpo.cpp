@@ -150,7 +150,9 @@ int main(int argc, char** argv) {
       gen_tokens += int64_t(o.completion_ids.size());
       samples.push_back(std::move(s));
     }
+    grpo::bench::profile_range("train", true);
     auto st = grpo_train_step(ctx, tm, w, opt, 1e-6, samples, so);
+    grpo::bench::profile_range("train", false);
     if (!st.ok()) {
       std::fprintf(stderr, "bench_grpo: %s\n", st.status().message().c_str());
       return 1;

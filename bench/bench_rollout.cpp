@@ -140,7 +140,13 @@ int main(int argc, char** argv) {
         std::exit(1);
       }
     }
-    while (engine.has_unfinished()) engine.step();
+    int n_steps = 0;
+    while (engine.has_unfinished()) {
+      // GRPO_PROFILE=decode: ncu sees steps 200..202 of the timed run (eager with --no-graphs).
+      if (!warm && n_steps == 200) grpo::bench::profile_range("decode", true);
+      engine.step();
+      if (!warm && ++n_steps == 203) grpo::bench::profile_range("decode", false);
+    }
     ctx.synchronize();
     return now_seconds() - t0;
   };

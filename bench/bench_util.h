@@ -6,8 +6,10 @@
 #include <string>
 
 #ifdef GRPO_HAVE_CUDA
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #endif
+#include <cstdlib>
 
 namespace grpo::bench {
 
@@ -18,6 +20,23 @@ inline size_t device_used_bytes() {
   return total - free_b;
 #else
   return 0;
+#endif
+}
+
+// Brackets a region for `ncu --profile-from-start off` when the environment names it:
+// GRPO_PROFILE=<region> (e.g. "train" or "decode"). A no-op otherwise and on the CPU.
+inline bool profile_wanted(const char* region) {
+  const char* e = std::getenv("GRPO_PROFILE");
+  return e && std::string(e) == region;
+}
+inline void profile_range(const char* region, bool start) {
+#ifdef GRPO_HAVE_CUDA
+  if (!profile_wanted(region)) return;
+  cudaDeviceSynchronize();
+  if (start) cudaProfilerStart(); else cudaProfilerStop();
+#else
+  (void)region;
+  (void)start;
 #endif
 }
 
