@@ -13,6 +13,7 @@
 // be a multiple of 8 and at most 256.
 #include "kernels/attention.h"
 #include "kernels/cuda/attention_bwd.cuh"
+#include "kernels/cuda/attention_tc.cuh"
 
 #include <cmath>
 
@@ -190,6 +191,15 @@ void attention_backward(Context& ctx, Tensor& dq, Tensor& dk, Tensor& dv, const 
     delta_kernel<T><<<gq, kWarps * 32, 0, st>>>(a);
     CUDA_CHECK_LAUNCH();
   });
+  {  // bf16 with head dim 64/128: the tensor-core kernels (attention_tc.cu)
+    TcArgs t{};
+    t.q = a.q; t.k = a.k; t.v = a.v; t.dout = a.dout; t.dq = a.dq; t.dk = a.dk; t.dv = a.dv;
+    t.lse = const_cast<float*>(a.lse);
+    t.delta = a.delta;
+    t.cu = a.cu; t.n_seqs = a.n_seqs; t.T = a.T;
+    t.Hq = a.Hq; t.Hkv = a.Hkv; t.G = a.G; t.D = a.D; t.scale = a.scale;
+    if (attention_backward_tc(ctx, t, dt)) return;
+  }
   if (attention_backward_tiled(ctx, a, dt)) return;
   GRPO_DISPATCH_FLOAT(dt, T, {
     dq_kernel<T><<<gq, kWarps * 32, 0, st>>>(a);

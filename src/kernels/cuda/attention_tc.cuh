@@ -1,0 +1,27 @@
+// Private to attention*.cu: the tensor-core attention kernels of attention_tc.cu
+// (bf16, head dim 64 or 128), used for packed training batches.
+#pragma once
+#include "kernels/cuda/attention_bwd.cuh"
+
+namespace grpo::cuda {
+
+struct TcArgs {
+  const void *q, *k, *v;     // (T,Hq,D), (T,Hkv,D) ×2
+  void* out;                 // forward: (T,Hq,D)
+  float* lse;                // forward: (Hq,T) or null; backward: read
+  const void* dout;          // backward: (T,Hq,D)
+  void *dq, *dk, *dv;        // backward outputs
+  const float* delta;        // backward: (Hq,T) Σ_d dout·out
+  const int32_t* cu;         // (S+1) packed sequence starts
+  int n_seqs;
+  int64_t T;
+  int Hq, Hkv, G, D;
+  float scale;
+};
+
+bool attention_tc_supported(DType dt, int D);
+// Each returns false (doing nothing) when the dtype/head dim is not supported.
+bool attention_forward_tc(Context& ctx, const TcArgs& a, DType dt);
+bool attention_backward_tc(Context& ctx, const TcArgs& a, DType dt);
+
+}  // namespace grpo::cuda
