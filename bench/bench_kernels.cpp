@@ -3,7 +3,8 @@
 //   copy        cudaMemcpyAsync D2D of 1 GiB: the bandwidth ceiling of this run
 //   paged attn  decode step: B sequences × one query token against their KV pages
 //               (rotating over 24 layers' caches so the L2 does not hold them); GB/s of
-//               K/V/q/out bytes against the copy ceiling
+//               K/V/q/out bytes against the copy ceiling; also the Qwen3-0.6B head
+//               layout (Hq 16, Hkv 8, D 128), and a 2048-token prefill in TFLOP/s
 //   gemm        linear_forward bf16: decode-shaped (M = B, weight-read bound, rotating
 //               over 24 weight copies) in GB/s and a training-shaped one in TFLOP/s
 //   logprob     fused LM head + logsumexp forward (2·N·C·V flop) and backward (6·N·C·V)
@@ -133,11 +134,20 @@ int main(int argc, char** argv) {
   const double copy_gbs = 2.0 * double(copy_bytes) / (copy_ms * 1e6);
   rows.push_back({"copy D2D 1 GiB (read+write)", "GB/s", copy_ms, copy_gbs, copy_gbs});
 
-  // Decode-shaped paged attention.
-  for (int64_t ctx_len : {int64_t(640), int64_t(2048)}) {
+  // Decode-shaped paged attention (Qwen2.5-0.5B heads; Qwen3-0.6B: Hq 16, Hkv 8, D 128;
+  // "graph": max_context 2048 as in a CUDA-graph replay, most partitions empty).
+  struct PagedShape {
+    int64_t ctx_len, hq, hkv, hd, max_context;
+    const char* tag;
+  };
+  for (const PagedShape& ps : {PagedShape{640, Hq, Hkv, D, 640, ""}, PagedShape{2048, Hq, Hkv, D, 2048, ""},
+                               PagedShape{640, Hq, Hkv, D, 2048, " graph"},
+                               PagedShape{640, 16, 8, 128, 640, " Qwen3 Hq16 Hkv8 D128"}}) {
+    const int64_t ctx_len = ps.ctx_len;
     const int64_t B = 64, bs = 16, nbps = (ctx_len + bs - 1) / bs, n_blocks = B * nbps;
     std::vector<Tensor> kc, vc;
-    const Tensor k0 = randt(DType::bf16, {n_blocks, bs, Hkv, D}, 10), v0 = randt(DType::bf16, {n_blocks, bs, Hkv, D}, 11);
+    const Tensor k0 = randt(DType::bf16, {n_blocks, bs, ps.hkv, ps.hd}, 10);
+    const Tensor v0 = randt(DType::bf16, {n_blocks, bs, ps.hkv, ps.hd}, 11);
     for (int64_t l = 0; l < L; ++l) {
       kc.push_back(clone(k0));
       vc.push_back(clone(v0));
@@ -151,14 +161,33 @@ int main(int argc, char** argv) {
     }
     PagedAttnMeta m;
     m.block_size = int(bs);
-    m.max_context = int(ctx_len);
+    m.max_context = int(ps.max_context);
     m.token_seq = dev_ints(seq, DType::i32, {B});
     m.token_pos = dev_ints(pos, DType::i32, {B});
     m.block_table = dev_ints(perm, DType::i32, {B, nbps});
-    Tensor q = randt(DType::bf16, {B, Hq, D}, 7), out = tensor_empty(Device::cuda, DType::bf16, {B, Hq, D});
+    Tensor q = randt(DType::bf16, {B, ps.hq, ps.hd}, 7), out = tensor_empty(Device::cuda, DType::bf16, {B, ps.hq, ps.hd});
     const double ms = time_ms(ctx, [&](int i) { cuda::attention_paged(ctx, out, q, kc[size_t(i % L)], vc[size_t(i % L)], m); });
-    const double bytes = double(B) * double(ctx_len) * Hkv * D * 2 * 2 + 2.0 * B * Hq * D * 2;
-    rows.push_back({"paged attn decode B=64 ctx=" + std::to_string(ctx_len), "GB/s", ms, bytes / (ms * 1e6), copy_gbs});
+    const double bytes = double(B) * double(ctx_len) * ps.hkv * ps.hd * 2 * 2 + 2.0 * B * ps.hq * ps.hd * 2;
+    rows.push_back({"paged attn decode B=64 ctx=" + std::to_string(ctx_len) + ps.tag, "GB/s", ms, bytes / (ms * 1e6),
+                    copy_gbs});
+  }
+  // Prefill-shaped paged attention: one sequence of 2048 tokens (the causal triangle).
+  {
+    const int64_t T = 2048, bs = 16, nb = T / bs;
+    const Tensor kc = randt(DType::bf16, {nb, bs, Hkv, D}, 20), vc = randt(DType::bf16, {nb, bs, Hkv, D}, 21);
+    std::vector<int32_t> table(static_cast<size_t>(nb)), seq(static_cast<size_t>(T), 0), pos(static_cast<size_t>(T));
+    std::iota(table.begin(), table.end(), 0);
+    std::iota(pos.begin(), pos.end(), 0);
+    PagedAttnMeta m;
+    m.block_size = int(bs);
+    m.max_context = int(T);
+    m.token_seq = dev_ints(seq, DType::i32, {T});
+    m.token_pos = dev_ints(pos, DType::i32, {T});
+    m.block_table = dev_ints(table, DType::i32, {1, nb});
+    Tensor q = randt(DType::bf16, {T, Hq, D}, 22), out = tensor_empty(Device::cuda, DType::bf16, {T, Hq, D});
+    const double ms = time_ms(ctx, [&](int) { cuda::attention_paged(ctx, out, q, kc, vc, m); }, 10, 5);
+    const double flop = 4.0 * double(T) * double(T + 1) / 2 * Hq * D;  // QK^T and PV over the causal triangle
+    rows.push_back({"paged attn prefill T=2048 (one sequence)", "TFLOP/s", ms, flop / (ms * 1e9), 0});
   }
 
   // GEMMs: decode-shaped (weight-read bound) and training-shaped (FLOP bound).

@@ -25,8 +25,9 @@ const RowCfg kRows[] = {
     {1.f, 0.3f, 0, 0.f},    {0.6f, 1.f, 1, 0.f},      {1.f, 0.99f, 3, 0.f},    {1.f, 1.f, 4999, 0.f},
 };
 
-void run_case(int64_t V, bool quantised, bool top_processed, uint32_t seed) {
-  const int64_t R = int64_t(sizeof(kRows) / sizeof(kRows[0])), NB = 3, n_top = 5;
+// n_top = 0: no top-n lists, so unfiltered rows take the split (multi-block) path.
+void run_case(int64_t V, bool quantised, bool top_processed, uint32_t seed, int64_t n_top = 5) {
+  const int64_t R = int64_t(sizeof(kRows) / sizeof(kRows[0])), NB = 3;
   auto z = randn(static_cast<size_t>(R * V), seed, 3.f);
   if (quantised)
     for (float& x : z) x = std::round(x * 2.f) / 2.f;  // many exact ties
@@ -64,8 +65,10 @@ void run_case(int64_t V, bool quantised, bool top_processed, uint32_t seed) {
   ho.tokens = host_i32(tok, {R});
   ho.logprob_raw = host(lr, {R});
   ho.logprob_processed = host(lp, {R});
-  ho.top_ids = host_i32(top_ids, {R, n_top});
-  ho.top_logprobs = host(top_lp, {R, n_top});
+  if (n_top > 0) {
+    ho.top_ids = host_i32(top_ids, {R, n_top});
+    ho.top_logprobs = host(top_lp, {R, n_top});
+  }
   Tensor hz = host(z, {R, V});
   cpu::sample_tokens(cpu_ctx(), ho, hz, hr, top_processed);
 
@@ -81,18 +84,21 @@ void run_case(int64_t V, bool quantised, bool top_processed, uint32_t seed) {
   go.tokens = dev_int(std::vector<int32_t>(static_cast<size_t>(R), -7), DType::i32, {R});
   go.logprob_raw = poisoned(DType::f32, {R});
   go.logprob_processed = poisoned(DType::f32, {R});
-  go.top_ids = dev_int(std::vector<int32_t>(static_cast<size_t>(R * n_top), -7), DType::i32, {R, n_top});
-  go.top_logprobs = poisoned(DType::f32, {R, n_top});
+  if (n_top > 0) {
+    go.top_ids = dev_int(std::vector<int32_t>(static_cast<size_t>(R * n_top), -7), DType::i32, {R, n_top});
+    go.top_logprobs = poisoned(DType::f32, {R, n_top});
+  }
   Tensor gz = dev(z, DType::f32, {R, V});
   cuda::sample_tokens(gpu_ctx(), go, gz, gr, top_processed);
 
   const std::string nm = "sample_tokens V=" + std::to_string(V) + (quantised ? " quantised" : "") +
-                         (top_processed ? " top=processed" : " top=raw");
+                         (top_processed ? " top=processed" : " top=raw") + " n_top=" + std::to_string(n_top);
   auto gtok = fetch_i32(go.tokens);
   for (int64_t r = 0; r < R; ++r)
     EXPECT_EQ(gtok[static_cast<size_t>(r)], tok[static_cast<size_t>(r)]) << nm << " token of row " << r;
   EXPECT_TRUE(close(nm + " logprob_raw", fetch(go.logprob_raw), lr, Tol{2e-5, 1e-5}));
   EXPECT_TRUE(close(nm + " logprob_processed", fetch(go.logprob_processed), lp, Tol{2e-5, 1e-5}));
+  if (n_top == 0) return;
   auto gids = fetch_i32(go.top_ids);
   for (size_t i = 0; i < gids.size(); ++i)
     EXPECT_EQ(gids[i], top_ids[i]) << nm << " top id " << i % n_top << " of row " << i / n_top;
@@ -107,6 +113,10 @@ TEST(CudaSampling, MatchesCpuReference) {
   run_case(5000, true, true, 61);
   run_case(151936, false, true, 62);  // Qwen2.5 vocabulary size
   run_case(777, true, false, 63);
+  // Split path (no top-n lists): chunks of 8192 ids, one chunk and a partial last chunk.
+  run_case(151936, false, false, 64, 0);
+  run_case(5000, true, false, 65, 0);
+  run_case(20000, false, false, 66, 0);
 }
 
 #else

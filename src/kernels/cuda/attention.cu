@@ -1,10 +1,45 @@
-// CUDA causal GQA attention forward: one split-context kernel serves both the paged
-// engine path (attention_paged) and the packed training path (attention_forward), so
-// that a token's output — and the logprob built on it — is computed by the same
-// instructions in the same order in rollout and in training: bit-identical for equal
-// q/k/v, independent of batch composition.
+// CUDA causal GQA attention forward, two kernels:
+//   attn_paged_kernel  the engine path (attention_paged: prefill, chunked prefill, decode)
+//   attn_split_kernel  the packed training path (attention_forward), and its fallback
+// Both compute every query token by itself (no state shared between tokens), in a fixed
+// order, with no atomics: a token's output does not depend on which other tokens share
+// the launch, and decode rows equal the prefill rows of the same tokens bit for bit.
+// The two kernels round differently, so paged and packed outputs agree to bf16/f32
+// tolerance, not bitwise.
 //
-// Kernel layout (attn_split_kernel):
+// Paged kernel layout (attn_paged_kernel<T, D, MG>):
+//   grid (tokens, Hkv·n_hgroups, Z), 128 threads. A block takes one query token, up to
+//   MG query heads of one GQA group (K/V are read once for all of them) and partitions
+//   z, z+Z, ... of KP consecutive key positions each (KP = 128 for bf16, 64 for f32: the
+//   same for every call, so partition boundaries never depend on the batch; n_splits =
+//   ceil(max_context / KP) partitions, Z <= n_splits blocks chosen to fill the GPU, so
+//   the empty partitions of a CUDA-graph replay's large max_context cost little). Keys
+//   past the token's context are not visited. The last partition (n_splits-1) also takes
+//   every key past n_splits·KP, in further KP-key tiles merged by online softmax, so an
+//   underestimated max_context stays correct. Shared memory (dynamic): the K and V
+//   tiles (KP rows × D, 16-byte chunks rotated by row to spread banks), q (MG × D f32),
+//   scores (MG × KP f32), the KP cache rows, and per-head running max / sum / rescale
+//   factor. Per KP-key tile:
+//   0. threads look up the block table once per key (row index → shared), then issue
+//      cp.async for the whole K tile (one group) and the whole V tile (a second group);
+//   1. scores: 128/KP threads per key (1 for bf16, 2 for f32) read the K row from shared
+//      memory and take the MG dot products against q (broadcast reads of shared q), so
+//      no shuffles per key; scaled scores → shared;
+//   2. softmax statistics: a warp per head: tile max (butterfly), p = exp(s − m) written
+//      back over the scores, running sum and rescale factor for (l, acc);
+//   3. out partial: thread = (8- or 16-byte piece of d, key subset); each subset walks
+//      its keys KG = 4 at a time (one float4 of p per head; V rows past the context are
+//      zero-filled), accumulating MG heads in registers.
+//   At the end the key subsets reduce: xor butterfly inside the warp, then the warps in
+//   warp order through shared memory (over the K tile). A token whose context fits one
+//   partition writes out = acc / l directly; otherwise every used partition writes
+//   (acc, m, l) partials and attn_paged_combine_kernel merges the token's
+//   ceil(ctx / KP) partitions in partition order (launched with programmatic dependent
+//   launch so its start overlaps the split kernel's tail; it returns at once for tokens
+//   of one partition). Partitions past a token's context are never read, so the result
+//   is the same for any n_splits ≥ the token's partition count.
+//
+// Packed kernel layout (attn_split_kernel):
 //   grid (tokens, Hkv·n_hgroups, n_splits), 128 threads. A block takes one query token,
 //   up to kMaxG query heads sharing one kv head (GQA: K/V are read once for all of them),
 //   and one partition of kPart consecutive key positions. Each key is handled by TPK
@@ -16,9 +51,11 @@
 //   max_context stays correct.
 // kv_cache_write copies token rows into their slots (slot < 0: padding, skipped).
 #include "kernels/attention.h"
+#include "kernels/cuda/attention_tc.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 namespace grpo::cuda {
@@ -246,6 +283,367 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(AttnArgs a) {
   }
 }
 
+// ---- paged kernel (attention_paged) ----
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return uint32_t(__cvta_generic_to_shared(p));
+}
+// 16-byte global → shared copy; src_bytes 0 writes zeros (src is not read).
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// Programmatic dependent launch (sm_90): the dependent grid may start once every block
+// of this grid has triggered (or exited); it waits for this grid's memory with pdl_wait.
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// Loads N consecutive elements (N·sizeof(T) = 16 or 8 bytes, aligned) as f32.
+template <int N>
+__device__ __forceinline__ void load_piece(const float* p, float* f) {
+  if constexpr (N == 4) {
+    load_vec(p, f);
+  } else {
+    static_assert(N == 2, "piece of 8 or 16 bytes");
+    const float2 v = *reinterpret_cast<const float2*>(p);
+    f[0] = v.x;
+    f[1] = v.y;
+  }
+}
+template <int N>
+__device__ __forceinline__ void load_piece(const __nv_bfloat16* p, float* f) {
+  if constexpr (N == 8) {
+    load_vec(p, f);
+  } else {
+    static_assert(N == 4, "piece of 8 or 16 bytes");
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    f[0] = __uint_as_float(v.x << 16);
+    f[1] = __uint_as_float(v.x & 0xffff0000u);
+    f[2] = __uint_as_float(v.y << 16);
+    f[3] = __uint_as_float(v.y & 0xffff0000u);
+  }
+}
+
+// Key positions per partition of the paged kernel: fixed per dtype (never by batch).
+template <class T>
+constexpr int paged_part() { return sizeof(T) == 2 ? 128 : 64; }
+
+template <class T, int D, int MG>
+struct PagedCfg {
+  static constexpr int VEC = Vec16<T>::n;
+  static constexpr int NV = D / VEC;          // 16-byte chunks per K/V row
+  static constexpr int KP = paged_part<T>();  // keys per partition (= per shared tile)
+  static constexpr int TK = kThreads / KP;    // phase 1: threads per key
+  // Phase 3 works on pieces of VP elements (16 bytes, or 8 when MG·VEC is large, to keep
+  // the MG·VP accumulators few): NP pieces per row, NPP lanes per key subset.
+  static constexpr int VP = MG * VEC > 32 ? VEC / 2 : VEC;
+  static constexpr int NP = D / VP;
+  static constexpr int NPP = pow2ceil(NP);    // lanes c >= NP idle
+  static constexpr int SPW = 32 / NPP;        // key subsets per warp
+  static constexpr int NSUB = kWarps * SPW;   // key subsets per block
+  static constexpr int KG = 4;                // phase 3: keys per step (one float4 of p)
+  static constexpr size_t kv_bytes = size_t(KP) * D * sizeof(T);
+  static constexpr size_t off_k = 0;
+  static constexpr size_t off_v = off_k + kv_bytes;
+  static constexpr size_t off_q = off_v + kv_bytes;                       // MG × D f32
+  static constexpr size_t off_s = off_q + size_t(MG) * D * 4;             // MG × KP f32
+  static constexpr size_t off_row = off_s + size_t(MG) * KP * 4;          // KP i32
+  static constexpr size_t off_stat = off_row + size_t(KP) * 4;            // m, l, corr: 3 × MG f32
+  static constexpr size_t bytes = off_stat + size_t(3) * MG * 4;
+  static_assert(D % VEC == 0 && NV % TK == 0, "unsupported head dim");
+  static_assert(TK * KP == kThreads && (TK == 1 || TK == 2), "partition length must match the block");
+  static_assert(NPP <= 32 && VP % 2 == 0 && KP % 32 == 0 && KP % KG == 0, "unsupported head dim");
+  static_assert(size_t(kWarps) * MG * D * 4 <= kv_bytes, "warp partials must fit over the K tile");
+  // Shared position of chunk c of tile row r: rotated by row so that the rows read by
+  // 8 consecutive threads (phase 1) and the chunks of one row (phase 3) spread banks.
+  __device__ static __forceinline__ int swz(int c, int r) { return (c + r * TK) % NV; }
+};
+
+template <class T, int D, int MG>
+__global__ void __launch_bounds__(kThreads, 4) attn_paged_kernel(AttnArgs a) {
+  using C = PagedCfg<T, D, MG>;
+  constexpr int VEC = C::VEC, NV = C::NV, KP = C::KP, TK = C::TK, VP = C::VP, NP = C::NP, NPP = C::NPP,
+                SPW = C::SPW, NSUB = C::NSUB, KG = C::KG;
+  extern __shared__ __align__(16) unsigned char smem[];
+  uint4* sK = reinterpret_cast<uint4*>(smem + C::off_k);
+  uint4* sV = reinterpret_cast<uint4*>(smem + C::off_v);
+  float* sq = reinterpret_cast<float*>(smem + C::off_q);
+  float* ss = reinterpret_cast<float*>(smem + C::off_s);
+  int* srow = reinterpret_cast<int*>(smem + C::off_row);
+  float* s_m = reinterpret_cast<float*>(smem + C::off_stat);
+  float* s_l = s_m + MG;
+  float* s_c = s_l + MG;
+
+  pdl_trigger();  // the combine grid may be scheduled once every block has started
+  const int64_t tok = a.tok0 + blockIdx.x;
+  const int kh = blockIdx.y / a.n_hgroups;
+  const int qh0 = kh * a.G + (blockIdx.y % a.n_hgroups) * MG;
+  const int ng = min(MG, kh * a.G + a.G - qh0);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+  const int ctx_len = a.token_pos[tok] + 1;
+  const int32_t seq = a.token_seq[tok];
+  if (int(blockIdx.z) * KP >= ctx_len) return;  // partitions past this token's context: never read
+  const int n_used = min(a.n_splits, (ctx_len + KP - 1) / KP);  // partitions holding this token's keys
+  const int32_t* table = a.block_table + int64_t(seq) * a.max_blocks;
+  const T* kc = static_cast<const T*>(a.k);
+  const T* vc = static_cast<const T*>(a.v);
+
+  {  // q of the ng heads (contiguous in (T,Hq,D)) → shared f32
+    const T* q = static_cast<const T*>(a.q) + (tok * a.Hq + qh0) * D;
+    for (int e = tid; e < ng * NV; e += kThreads) {
+      float f[VEC];
+      load_vec(q + e * VEC, f);
+#pragma unroll
+      for (int i = 0; i < VEC; i += 4)
+        *reinterpret_cast<float4*>(sq + e * VEC + i) = make_float4(f[i], f[i + 1], f[i + 2], f[i + 3]);
+    }
+  }
+  const int pc = lane % NPP;                 // phase 3: piece of d (elements pc·VP ..)
+  const int pj = warp * SPW + lane / NPP;    // phase 3: key subset
+  // Piece pc of a V row lies in chunk pc·VP / VEC, at element offset pc·VP % VEC.
+  const int pchunk = pc * VP / VEC, poff = pc * VP % VEC;
+
+  // Partitions z, z + Z, ... (Z = gridDim.z <= n_splits): each computed the same way
+  // whichever block takes it.
+  for (int split = blockIdx.z; split < a.n_splits; split += gridDim.z) {
+    const int kbeg = split * KP;
+    if (kbeg >= ctx_len) break;
+    const int kend = split == a.n_splits - 1 ? ctx_len : min(ctx_len, kbeg + KP);
+    if (split != int(blockIdx.z)) __syncthreads();  // the previous partition's outputs are read
+    if (tid < MG) {
+      s_m[tid] = -INFINITY;
+      s_l[tid] = 0.f;
+    }
+    float acc[MG][VP];
+#pragma unroll
+    for (int g = 0; g < MG; ++g)
+#pragma unroll
+      for (int i = 0; i < VP; ++i) acc[g][i] = 0.f;
+
+    for (int kb = kbeg; kb < kend; kb += KP) {  // one tile, except in an overfull last partition
+      const int nk = min(KP, kend - kb);
+      const int nkg = (nk + KG - 1) / KG * KG;  // V rows nk..nkg are zero-filled
+      if (kb != kbeg) __syncthreads();          // the previous tile is consumed
+      if (tid < nk) {
+        const int p = kb + tid;
+        srow[tid] = table[p / a.block_size] * a.block_size + p % a.block_size;
+      }
+      __syncthreads();
+      for (int e = tid; e < nk * NV; e += kThreads) {
+        const int r = e / NV, c = e % NV;
+        cp_async_16(sK + r * NV + C::swz(c, r), kc + (int64_t(srow[r]) * a.Hkv + kh) * D + c * VEC, 16);
+      }
+      cp_async_commit();
+      for (int e = tid; e < nkg * NV; e += kThreads) {
+        const int r = e / NV, c = e % NV;
+        const bool ok = r < nk;
+        const T* src = ok ? vc + (int64_t(srow[r]) * a.Hkv + kh) * D + c * VEC : vc;
+        cp_async_16(sV + r * NV + C::swz(c, r), src, ok ? 16 : 0);
+      }
+      cp_async_commit();
+      cp_async_wait<1>();  // K tile (this thread's copies)
+      __syncthreads();
+
+      // Phase 1: scores of key `key` for the ng heads.
+      {
+        const int key = tid / TK, part = tid % TK;
+        float s[MG];
+#pragma unroll
+        for (int g = 0; g < MG; ++g) s[g] = 0.f;
+        if (key < nk) {
+          const T* krow = reinterpret_cast<const T*>(sK + key * NV);
+#pragma unroll 2
+          for (int cc = 0; cc < NV / TK; ++cc) {
+            const int c = cc * TK + part;
+            float kf[VEC];
+            load_vec(krow + C::swz(c, key) * VEC, kf);
+#pragma unroll
+            for (int g = 0; g < MG; ++g) {
+              if (g >= ng) break;
+              const float* qp = sq + g * D + c * VEC;
+              float d = 0.f;
+#pragma unroll
+              for (int i = 0; i < VEC; i += 4) {
+                const float4 q4 = *reinterpret_cast<const float4*>(qp + i);
+                d = fmaf(q4.x, kf[i], d);
+                d = fmaf(q4.y, kf[i + 1], d);
+                d = fmaf(q4.z, kf[i + 2], d);
+                d = fmaf(q4.w, kf[i + 3], d);
+              }
+              s[g] += d;
+            }
+          }
+        }
+        if constexpr (TK == 2) {
+#pragma unroll
+          for (int g = 0; g < MG; ++g) {
+            if (g >= ng) break;
+            s[g] += __shfl_xor_sync(0xffffffffu, s[g], 1);
+          }
+        }
+        if (part == 0 && key < nk) {
+#pragma unroll
+          for (int g = 0; g < MG; ++g) {
+            if (g >= ng) break;
+            ss[g * KP + key] = s[g] * a.scale;
+          }
+        }
+      }
+      __syncthreads();
+
+      // Phase 2: a warp per head: tile max, p = exp(s − m) over the scores, running (m, l).
+      for (int g = warp; g < ng; g += kWarps) {
+        float v[KP / 32];
+        float mx = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < KP / 32; ++i) {
+          const int k = lane + 32 * i;
+          v[i] = k < nk ? ss[g * KP + k] : -INFINITY;
+          mx = fmaxf(mx, v[i]);
+        }
+        mx = warp_max(mx);
+        const float m_old = s_m[g];
+        const float mn = fmaxf(m_old, mx);
+        float sum = 0.f;
+#pragma unroll
+        for (int i = 0; i < KP / 32; ++i) {
+          const int k = lane + 32 * i;
+          const float p = (k < nk && mn != -INFINITY) ? expf(v[i] - mn) : 0.f;
+          ss[g * KP + k] = p;
+          sum += p;
+        }
+        sum = warp_sum(sum);
+        if (lane == 0) {
+          const float corr = rescale(m_old, mn);
+          s_c[g] = corr;
+          s_l[g] = s_l[g] * corr + sum;
+          s_m[g] = mn;
+        }
+      }
+      cp_async_wait<0>();  // V tile
+      __syncthreads();
+
+      // Phase 3: acc = acc·corr + Σ p·V over this thread's keys (KG at a time, in order).
+#pragma unroll
+      for (int g = 0; g < MG; ++g) {
+        if (g >= ng) break;
+        const float corr = s_c[g];
+#pragma unroll
+        for (int i = 0; i < VP; ++i) acc[g][i] *= corr;
+      }
+      if (pc < NP) {
+        for (int k0 = pj * KG; k0 < nk; k0 += NSUB * KG) {
+          float vf[KG][VP];
+#pragma unroll
+          for (int u = 0; u < KG; ++u)
+            load_piece<VP>(reinterpret_cast<const T*>(sV + (k0 + u) * NV + C::swz(pchunk, k0 + u)) + poff, vf[u]);
+#pragma unroll
+          for (int g = 0; g < MG; ++g) {
+            if (g >= ng) break;
+            const float4 p = *reinterpret_cast<const float4*>(ss + g * KP + k0);
+#pragma unroll
+            for (int i = 0; i < VP; ++i) {
+              float x = acc[g][i];
+              x = fmaf(p.x, vf[0][i], x);
+              x = fmaf(p.y, vf[1][i], x);
+              x = fmaf(p.z, vf[2][i], x);
+              x = fmaf(p.w, vf[3][i], x);
+              acc[g][i] = x;
+            }
+          }
+        }
+      }
+    }
+
+    // Key subsets → one sum per (head, d): xor butterfly over the subset bits of the lane,
+    // then the warps in warp order through shared memory (over the K tile, now unused).
+#pragma unroll
+    for (int o = NPP; o < 32; o <<= 1) {
+#pragma unroll
+      for (int g = 0; g < MG; ++g) {
+        if (g >= ng) break;
+#pragma unroll
+        for (int i = 0; i < VP; ++i) acc[g][i] += __shfl_xor_sync(0xffffffffu, acc[g][i], o);
+      }
+    }
+    float* sred = reinterpret_cast<float*>(smem + C::off_k);  // kWarps × MG × D
+    if (lane < NP) {
+#pragma unroll
+      for (int g = 0; g < MG; ++g) {
+        if (g >= ng) break;
+#pragma unroll
+        for (int i = 0; i < VP; i += 2)
+          *reinterpret_cast<float2*>(sred + (warp * MG + g) * D + lane * VP + i) =
+              make_float2(acc[g][i], acc[g][i + 1]);
+      }
+    }
+    __syncthreads();
+    T* out = static_cast<T*>(a.out);
+    const int64_t prow = (int64_t(blockIdx.x) * a.Hq + qh0) * a.n_splits + split;  // partial row of head qh0
+    for (int e = tid; e < ng * D; e += kThreads) {
+      const int g = e / D, d = e % D;
+      float A = sred[g * D + d];
+#pragma unroll
+      for (int w = 1; w < kWarps; ++w) A += sred[(w * MG + g) * D + d];
+      const float M = s_m[g], L = s_l[g];
+      if (n_used == 1) {
+        out[(tok * a.Hq + qh0 + g) * D + d] = from_f32<T>(A / L);
+        if (d == 0 && a.lse) a.lse[int64_t(qh0 + g) * a.T + tok] = M + logf(L);
+      } else {
+        const int64_t r = prow + int64_t(g) * a.n_splits;
+        a.part_acc[r * D + d] = A;
+        if (d == 0) {
+          a.part_ml[r * 2] = M;
+          a.part_ml[r * 2 + 1] = L;
+        }
+      }
+    }
+  }  // partitions
+}
+
+// Merges the used partitions of each (token, head) of the paged kernel in partition
+// order: grid (chunk, Hq), D threads. Tokens of one partition were written directly.
+template <class T>
+__global__ void attn_paged_combine_kernel(T* __restrict__ out, float* __restrict__ lse,
+                                          const float* __restrict__ part_acc, const float* __restrict__ part_ml,
+                                          const int32_t* __restrict__ token_pos, int64_t T_, int64_t tok0, int Hq,
+                                          int n_splits, int D, int KP) {
+  const int64_t tl = blockIdx.x, h = blockIdx.y, tok = tok0 + tl;
+  const int ctx_len = token_pos[tok] + 1;  // written before the split kernel: no wait needed
+  const int n_used = min(n_splits, (ctx_len + KP - 1) / KP);
+  // Every block waits for the split grid (its partials, and so that this grid never
+  // completes before it: later kernels on the stream wait for this one only).
+  pdl_wait();
+  if (n_used <= 1) return;
+  const int64_t r0 = (tl * Hq + h) * n_splits;
+  float M = -INFINITY;
+  for (int s = 0; s < n_used; ++s) M = fmaxf(M, part_ml[(r0 + s) * 2]);
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float L = 0.f, A = 0.f;
+    for (int s = 0; s < n_used; ++s) {
+      const float sc = rescale(part_ml[(r0 + s) * 2], M);
+      L += part_ml[(r0 + s) * 2 + 1] * sc;
+      A += part_acc[(r0 + s) * D + d] * sc;
+    }
+    out[(tok * Hq + h) * D + d] = from_f32<T>(A / L);
+    if (d == 0 && lse) lse[h * T_ + tok] = M + logf(L);
+  }
+}
+
 // Merges the partitions of each (token, head) in partition order: grid (chunk, Hq), D threads.
 template <class T>
 __global__ void attn_combine_kernel(T* __restrict__ out, float* __restrict__ lse, const float* __restrict__ part_acc,
@@ -267,9 +665,28 @@ __global__ void attn_combine_kernel(T* __restrict__ out, float* __restrict__ lse
   }
 }
 
+constexpr bool kPagedPdl = true;  // paged combine by programmatic dependent launch
+
+template <class T, int D, int MG>
+void launch_paged_g(Context& ctx, const AttnArgs& a, dim3 grid) {
+  constexpr size_t smem = PagedCfg<T, D, MG>::bytes;
+  if constexpr (smem > 48u * 1024u) {  // opt in once per device
+    static std::atomic<uint64_t> set_on{0};
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    const uint64_t bit = dev < 64 ? uint64_t(1) << dev : 0;
+    if (bit == 0 || (set_on.load(std::memory_order_relaxed) & bit) == 0) {
+      CUDA_CHECK(cudaFuncSetAttribute(attn_paged_kernel<T, D, MG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      int(smem)));
+      set_on.fetch_or(bit, std::memory_order_relaxed);
+    }
+  }
+  attn_paged_kernel<T, D, MG><<<grid, kThreads, smem, stream_of(ctx)>>>(a);
+}
+
 template <class T, int D, int MG>
 void launch_split_g(Context& ctx, const AttnArgs& a, dim3 grid, bool paged) {
-  if (paged) attn_split_kernel<T, D, MG, true><<<grid, kThreads, 0, stream_of(ctx)>>>(a);
+  if (paged) launch_paged_g<T, D, MG>(ctx, a, grid);
   else attn_split_kernel<T, D, MG, false><<<grid, kThreads, 0, stream_of(ctx)>>>(a);
 }
 
@@ -277,22 +694,52 @@ void launch_split_g(Context& ctx, const AttnArgs& a, dim3 grid, bool paged) {
 // The per-head arithmetic is the same for every MG, so results do not depend on it.
 inline int heads_per_block(int G) { return G <= 2 ? 2 : kMaxG; }  // two variants: compile time
 
+// Blocks along z for the paged kernel: enough to fill the GPU (about 4 blocks per SM)
+// and at most 4 partitions per block; never more than n_splits. Any value gives the same
+// results (a partition is computed the same way whichever block takes it).
+inline int paged_z(int64_t n_tok, const AttnArgs& a) {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n > 0 ? n : 1;
+  }();
+  const int64_t pairs = n_tok * a.Hkv * a.n_hgroups;
+  const int64_t z = std::max(ceil_div(a.n_splits, 4), ceil_div(int64_t(sms) * 4, pairs));
+  return int(std::min<int64_t>(z, a.n_splits));
+}
+
 template <class T, int D>
 void launch_split(Context& ctx, AttnArgs a, int64_t n_tok, bool paged) {
-  dim3 grid(unsigned(n_tok), unsigned(a.Hkv * a.n_hgroups), unsigned(a.n_splits));
+  dim3 grid(unsigned(n_tok), unsigned(a.Hkv * a.n_hgroups), unsigned(paged ? paged_z(n_tok, a) : a.n_splits));
   switch (heads_per_block(a.G)) {
     case 2: launch_split_g<T, D, 2>(ctx, a, grid, paged); break;
     default: launch_split_g<T, D, kMaxG>(ctx, a, grid, paged); break;
   }
   CUDA_CHECK_LAUNCH();
-  if (a.n_splits > 1) {
+  if (a.n_splits > 1 && paged) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(unsigned(n_tok), unsigned(a.Hq));
+    cfg.blockDim = dim3(unsigned(D));
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = stream_of(ctx);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = kPagedPdl ? 1 : 0;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, attn_paged_combine_kernel<T>, static_cast<T*>(a.out), a.lse,
+                                  static_cast<const float*>(a.part_acc), static_cast<const float*>(a.part_ml),
+                                  a.token_pos, a.T, a.tok0, a.Hq, a.n_splits, D, paged_part<T>()));
+  } else if (a.n_splits > 1) {
     attn_combine_kernel<T><<<dim3(unsigned(n_tok), unsigned(a.Hq)), D, 0, stream_of(ctx)>>>(
         static_cast<T*>(a.out), a.lse, a.part_acc, a.part_ml, a.T, a.tok0, a.Hq, a.n_splits, D);
     CUDA_CHECK_LAUNCH();
   }
 }
 
-// Runs the split kernel over all tokens, in chunks whose partials fit the scratch.
+// Runs the split kernel (paged: attn_paged_kernel, else attn_split_kernel) over all
+// tokens, in chunks whose partials fit the scratch.
 void run_split(Context& ctx, AttnArgs a, DType dt, int D, int64_t max_ctx, bool paged) {
   if (a.T == 0) return;
   GRPO_CHECK_MSG(a.Hkv > 0 && a.Hq % a.Hkv == 0, "attention: Hq must be a multiple of Hkv");
@@ -301,7 +748,8 @@ void run_split(Context& ctx, AttnArgs a, DType dt, int D, int64_t max_ctx, bool 
   a.G = a.Hq / a.Hkv;
   a.n_hgroups = int(ceil_div(a.G, heads_per_block(a.G)));
   if (max_ctx < 1) max_ctx = 1;
-  a.n_splits = int(ceil_div(max_ctx, kPart));
+  const int part = !paged ? kPart : dt == DType::f32 ? paged_part<float>() : paged_part<__nv_bfloat16>();
+  a.n_splits = int(ceil_div(max_ctx, part));
   GRPO_CHECK_MSG(a.n_splits <= 65535 && int64_t(a.Hkv) * a.n_hgroups <= 65535, "attention: grid too large");
   int64_t chunk = a.T;
   if (a.n_splits > 1) {
@@ -369,6 +817,16 @@ void attention_forward(Context& ctx, Tensor& out, Tensor* lse, const Tensor& q, 
                  "attention_forward: cu_seqlens (host and device) must span the T tokens");
   if (lse) GRPO_CHECK_MSG(lse->dtype == DType::f32 && lse->numel() == q.shape[1] * T_, "attention_forward: lse (Hq,T) f32");
   GRPO_CHECK_MSG(aligned16(q.data) && aligned16(k.data) && aligned16(v.data), "attention_forward: 16-byte alignment");
+  {  // bf16 with head dim 64/128: the tensor-core kernel (attention_tc.cu)
+    TcArgs t{};
+    t.q = q.data; t.k = k.data; t.v = v.data; t.out = out.data;
+    t.lse = lse ? lse->ptr<float>() : nullptr;
+    t.cu = meta.cu_seqlens_dev.ptr<int32_t>();
+    t.n_seqs = int(meta.cu_seqlens.size() - 1);
+    t.T = T_; t.Hq = int(q.shape[1]); t.Hkv = int(k.shape[1]); t.G = t.Hq / t.Hkv; t.D = int(q.shape[2]);
+    t.scale = 1.f / std::sqrt(float(t.D));
+    if (attention_forward_tc(ctx, t, q.dtype)) return;
+  }
   int64_t max_len = 0;
   for (size_t i = 0; i + 1 < meta.cu_seqlens.size(); ++i)
     max_len = std::max<int64_t>(max_len, meta.cu_seqlens[i + 1] - meta.cu_seqlens[i]);

@@ -1,7 +1,14 @@
-// CUDA rotary embedding (rotate_half convention, as cpu/rope.cpp): one thread per
-// (token, head, pair i < D/2); the backward is the rotation by −θ. In place.
+// CUDA rotary embedding (rotate_half convention, as cpu/rope.cpp); the backward is the
+// rotation by −θ. In place.
+// Layout: one thread per (token, head, chunk of E pairs): the thread rotates x[i] with
+// x[i + D/2] for the E consecutive i of its chunk. Vector path (E = 8 for bf16, 4 for f32:
+// 16 bytes of x per half) when D/2 % E == 0 and x, cos and sin are 16-byte aligned; it then
+// reads 2 × 16 bytes of x, E cos and E sin (float4 loads, shared by the heads of a token,
+// so mostly L1/L2 hits) and writes 2 × 16 bytes. Otherwise E = 1 (scalar). Flat grid-stride
+// loop over T·H·(D/2)/E with 32-bit index arithmetic when that fits, 64-bit otherwise.
 // Products are rounded separately (__fmul_rn) so that f32 results match the CPU
-// reference, which does not contract a·c − b·s into an FMA.
+// reference, which does not contract a·c − b·s into an FMA. Each element's result depends
+// only on its own inputs, so E and the grid do not change any value.
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/rope.h"
 
@@ -9,23 +16,72 @@ namespace grpo::cuda {
 
 namespace {
 
-template <class T>
-__global__ void rope_kernel(T* __restrict__ x, const int32_t* __restrict__ pos, const float* __restrict__ cos_t,
-                            const float* __restrict__ sin_t, int64_t T_, int64_t H, int64_t half, float sign) {
-  const int64_t total = T_ * H * half;
-  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
-       idx += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t i = idx % half;
-    const int64_t th = idx / half;  // t·H + h
-    const int64_t t = th / H;
-    const int64_t p = pos[t];
-    const float c = cos_t[p * half + i];
-    const float s = sign * sin_t[p * half + i];
-    T* v = x + th * 2 * half;
-    const float a = to_f32(v[i]), b = to_f32(v[i + half]);
-    v[i] = from_f32<T>(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)));
-    v[i + half] = from_f32<T>(__fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s)));
+constexpr int kThreads = 256;
+
+// E elements of T at p as f32 (E = 1, or 16 bytes at an aligned p).
+template <class T, int E> __device__ __forceinline__ void load_elems(const T* p, float* f) {
+  if constexpr (E == 1) f[0] = to_f32(*p);
+  else load_vec(p, f);
+}
+template <class T, int E> __device__ __forceinline__ void store_elems(T* p, const float* f) {
+  if constexpr (E == 1) *p = from_f32<T>(f[0]);
+  else store_vec(p, f);
+}
+// E floats of a cos/sin table row (E = 1, or a multiple of 4 at a 16-byte aligned p).
+template <int E> __device__ __forceinline__ void load_table(const float* __restrict__ p, float* f) {
+  if constexpr (E == 1) {
+    f[0] = __ldg(p);
+  } else {
+#pragma unroll
+    for (int q = 0; q < E / 4; ++q) {
+      const float4 v = __ldg(reinterpret_cast<const float4*>(p) + q);
+      f[4 * q] = v.x; f[4 * q + 1] = v.y; f[4 * q + 2] = v.z; f[4 * q + 3] = v.w;
+    }
   }
+}
+
+// I: index type (uint32_t when T·H·chunks plus one grid stride fits, else int64_t).
+template <class T, int E, class I>
+__global__ void __launch_bounds__(kThreads)
+rope_kernel(T* __restrict__ x, const int32_t* __restrict__ pos, const float* __restrict__ cos_t,
+            const float* __restrict__ sin_t, I total, I H, I nchunk, int64_t half, float sign) {
+  for (I idx = I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x); idx < total; idx += I(gridDim.x) * I(blockDim.x)) {
+    const I th = idx / nchunk;  // t·H + h
+    const int64_t i0 = int64_t(idx - th * nchunk) * E;
+    const I t = th / H;
+    const int64_t p = __ldg(pos + t);
+    T* v = x + int64_t(th) * 2 * half;
+    float a[E], b[E], c[E], s[E];
+    load_elems<T, E>(v + i0, a);
+    load_elems<T, E>(v + half + i0, b);
+    load_table<E>(cos_t + p * half + i0, c);
+    load_table<E>(sin_t + p * half + i0, s);
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      const float se = sign * s[e];
+      const float ya = __fsub_rn(__fmul_rn(a[e], c[e]), __fmul_rn(b[e], se));
+      const float yb = __fadd_rn(__fmul_rn(b[e], c[e]), __fmul_rn(a[e], se));
+      a[e] = ya;
+      b[e] = yb;
+    }
+    store_elems<T, E>(v + i0, a);
+    store_elems<T, E>(v + half + i0, b);
+  }
+}
+
+template <class T, int E>
+void rope_launch_e(Context& ctx, Tensor& x, const Tensor& positions, const Tensor& cos, const Tensor& sin, int64_t T_,
+                   int64_t H, int64_t half, float sign) {
+  const int64_t nchunk = half / E, total = T_ * H * nchunk;
+  const unsigned grid = flat_grid(total, kThreads);
+  const int64_t stride = int64_t(grid) * kThreads;
+  if (total + stride <= int64_t(0xffffffffu))
+    rope_kernel<T, E, uint32_t><<<grid, kThreads, 0, stream_of(ctx)>>>(
+        x.ptr<T>(), positions.ptr<int32_t>(), cos.ptr<float>(), sin.ptr<float>(), uint32_t(total), uint32_t(H),
+        uint32_t(nchunk), half, sign);
+  else
+    rope_kernel<T, E, int64_t><<<grid, kThreads, 0, stream_of(ctx)>>>(
+        x.ptr<T>(), positions.ptr<int32_t>(), cos.ptr<float>(), sin.ptr<float>(), total, H, nchunk, half, sign);
 }
 
 void rope_launch(Context& ctx, Tensor& x, const Tensor& positions, const Tensor& cos, const Tensor& sin, float sign) {
@@ -36,12 +92,13 @@ void rope_launch(Context& ctx, Tensor& x, const Tensor& positions, const Tensor&
   GRPO_CHECK_MSG(positions.numel() == T_ && positions.dtype == DType::i32, "rope: positions must be (T) i32");
   GRPO_CHECK_MSG(cos.ndim == 2 && cos.shape[1] == half && cos.dtype == DType::f32, "rope: cos must be (P, D/2) f32");
   GRPO_CHECK_MSG(sin.ndim == 2 && sin.shape[1] == half && sin.dtype == DType::f32, "rope: sin must be (P, D/2) f32");
-  const int64_t total = T_ * H * half;
-  if (total == 0) return;
-  const int threads = 256;
+  if (T_ * H * half == 0) return;
   GRPO_DISPATCH_FLOAT(x.dtype, T, {
-    rope_kernel<T><<<flat_grid(total, threads), threads, 0, stream_of(ctx)>>>(
-        x.ptr<T>(), positions.ptr<int32_t>(), cos.ptr<float>(), sin.ptr<float>(), T_, H, half, sign);
+    constexpr int V = Vec16<T>::n;
+    if (half % V == 0 && aligned16(x.data) && aligned16(cos.data) && aligned16(sin.data))
+      rope_launch_e<T, V>(ctx, x, positions, cos, sin, T_, H, half, sign);
+    else
+      rope_launch_e<T, 1>(ctx, x, positions, cos, sin, T_, H, half, sign);
   });
   CUDA_CHECK_LAUNCH();
 }

@@ -11,6 +11,13 @@
 //                    threads own contiguous id segments, segment sums are scanned (f64),
 //                    the thread whose segment crosses u·S walks it
 //   top-n            n passes, each the best (score, id) ranked after the previous pick
+// Rows with no top-k/top-p/min-p filter and no top-n list (the GRPO default) take a split
+// path instead, three launches over chunks of kChunk ids (many blocks per row):
+//   stats   per chunk: raw max, processed max and argmax (lowest id), number of valid ids
+//   sums    per chunk: Σ exp(z − m0) and Σ q (f64), with the row maxima combined in chunk order
+//   finish  per row: chunk sums combined in chunk order give lse and S; the first chunk whose
+//           running sum exceeds u·S is walked as above (fallback: its last weighted id).
+//   Filtered rows run the one-block path inside the finish kernel.
 // A "rank prefix" is {i : key_i > K or (key_i == K and i <= idc)}. All reductions have a
 // fixed order, so results repeat exactly run to run. Sums are f64 as on the CPU, but in
 // segment order, so a token can differ from the CPU's only when u falls within rounding
@@ -142,14 +149,12 @@ __device__ int64_t scan_find(int64_t V, W w, Thr thr_of, bool strict, Shared& sh
   return r;
 }
 
-__global__ void __launch_bounds__(kThreads) sample_kernel(
-    const float* __restrict__ logits, int64_t V, const float* __restrict__ temperature,
+__device__ void sample_row_full(
+    int64_t r, Shared& sh, const float* __restrict__ logits, int64_t V, const float* __restrict__ temperature,
     const float* __restrict__ top_p, const int32_t* __restrict__ top_k, const float* __restrict__ min_p,
     const int64_t* __restrict__ rng_key, const int64_t* __restrict__ rng_pos, const int32_t* __restrict__ banned,
     int nb, int32_t* __restrict__ tokens, float* __restrict__ lp_raw, float* __restrict__ lp_proc,
     int32_t* __restrict__ top_ids, float* __restrict__ top_lps, int n_top, bool top_processed) {
-  __shared__ Shared sh;
-  const int64_t r = blockIdx.x;
   const float* z = logits + r * V;
   const int32_t* bl = banned ? banned + r * nb : nullptr;
   if (bl && nb <= kBannedSmem) {
@@ -313,6 +318,197 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(
   }
 }
 
+
+// ---- split path (unfiltered rows) ----
+constexpr int kChunk = 8192;
+constexpr int kSplitThreads = 256;
+
+struct ChunkStats {
+  float m0;      // raw max
+  float m;       // processed max (−inf: no valid id)
+  int32_t best;  // processed argmax, lowest id on ties (INT32_MAX: none)
+  int32_t n_valid;
+  double s0;     // Σ exp(z − m0_row)
+  double q;      // Σ exp(y − m_row) over valid ids
+};
+
+__device__ __forceinline__ bool row_filtered(int64_t r, const float* top_p, const int32_t* top_k, const float* min_p,
+                                             int n_top) {
+  return n_top > 0 || top_k[r] > 0 || top_p[r] < 1.f || min_p[r] > 0.f;
+}
+
+__device__ __forceinline__ float processed(const float* z, int64_t i, float temp, const int32_t* bl, int nb) {
+  const float v = z[i];
+  for (int k = 0; k < nb; ++k)
+    if (bl[k] == i) return -INFINITY;
+  if (v == -INFINITY || temp == 1.f) return v;
+  return v / temp;
+}
+
+// Reduction helpers for 256-thread blocks (8 warps), fixed order.
+struct SplitShared {
+  float f[8], f2[8];
+  int32_t i[8], n[8];
+  double d[8], d2[8];
+};
+
+__global__ void __launch_bounds__(kSplitThreads) sample_stats_kernel(
+    const float* __restrict__ logits, int64_t V, int n_chunks, const float* __restrict__ temperature,
+    const float* __restrict__ top_p, const int32_t* __restrict__ top_k, const float* __restrict__ min_p,
+    const int32_t* __restrict__ banned, int nb, int n_top, ChunkStats* __restrict__ stats) {
+  const int64_t r = blockIdx.y;
+  if (row_filtered(r, top_p, top_k, min_p, n_top)) return;
+  __shared__ SplitShared sh;
+  const float* z = logits + r * V;
+  const int32_t* bl = banned ? banned + r * nb : nullptr;
+  const float t_raw = temperature[r];
+  const float temp = t_raw > 0.f ? t_raw : 1.f;
+  const int64_t b = int64_t(blockIdx.x) * kChunk, e = min(V, b + kChunk);
+  float m0 = -INFINITY, m = -INFINITY;
+  int32_t best = INT32_MAX, nv = 0;
+  for (int64_t i = b + threadIdx.x; i < e; i += kSplitThreads) {
+    m0 = fmaxf(m0, z[i]);
+    const float y = processed(z, i, temp, bl, nb);
+    if (y == -INFINITY) continue;
+    ++nv;
+    if (y > m || (y == m && int32_t(i) < best)) { m = y; best = int32_t(i); }
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, o));
+    nv += __shfl_xor_sync(0xffffffffu, nv, o);
+    const float ov = __shfl_xor_sync(0xffffffffu, m, o);
+    const int32_t oi = __shfl_xor_sync(0xffffffffu, best, o);
+    if (ov > m || (ov == m && oi < best)) { m = ov; best = oi; }
+  }
+  if (lane == 0) { sh.f[warp] = m0; sh.f2[warp] = m; sh.i[warp] = best; sh.n[warp] = nv; }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    ChunkStats c{-INFINITY, -INFINITY, INT32_MAX, 0, 0.0, 0.0};
+    for (int w = 0; w < kSplitThreads / 32; ++w) {
+      c.m0 = fmaxf(c.m0, sh.f[w]);
+      c.n_valid += sh.n[w];
+      if (sh.f2[w] > c.m || (sh.f2[w] == c.m && sh.i[w] < c.best)) { c.m = sh.f2[w]; c.best = sh.i[w]; }
+    }
+    stats[r * n_chunks + blockIdx.x] = c;
+  }
+}
+
+__device__ __forceinline__ void row_maxima(const ChunkStats* st, int n_chunks, float* m0, float* m) {
+  float a = -INFINITY, c = -INFINITY;
+  for (int k = 0; k < n_chunks; ++k) {
+    a = fmaxf(a, st[k].m0);
+    c = fmaxf(c, st[k].m);
+  }
+  *m0 = a;
+  *m = c;
+}
+
+__global__ void __launch_bounds__(kSplitThreads) sample_sums_kernel(
+    const float* __restrict__ logits, int64_t V, int n_chunks, const float* __restrict__ temperature,
+    const float* __restrict__ top_p, const int32_t* __restrict__ top_k, const float* __restrict__ min_p,
+    const int32_t* __restrict__ banned, int nb, int n_top, ChunkStats* __restrict__ stats) {
+  const int64_t r = blockIdx.y;
+  if (row_filtered(r, top_p, top_k, min_p, n_top)) return;
+  __shared__ SplitShared sh;
+  const float* z = logits + r * V;
+  const int32_t* bl = banned ? banned + r * nb : nullptr;
+  const float t_raw = temperature[r];
+  const float temp = t_raw > 0.f ? t_raw : 1.f;
+  float m0, m;
+  row_maxima(stats + r * n_chunks, n_chunks, &m0, &m);
+  const int64_t b = int64_t(blockIdx.x) * kChunk, e = min(V, b + kChunk);
+  double s0 = 0.0, q = 0.0;
+  for (int64_t i = b + threadIdx.x; i < e; i += kSplitThreads) {
+    s0 += double(expf(z[i] - m0));
+    const float y = processed(z, i, temp, bl, nb);
+    if (y != -INFINITY) q += double(expf(y - m));
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    s0 += __shfl_xor_sync(0xffffffffu, s0, o);
+    q += __shfl_xor_sync(0xffffffffu, q, o);
+  }
+  if (lane == 0) { sh.d[warp] = s0; sh.d2[warp] = q; }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double a = 0.0, c = 0.0;
+    for (int w = 0; w < kSplitThreads / 32; ++w) { a += sh.d[w]; c += sh.d2[w]; }
+    stats[r * n_chunks + blockIdx.x].s0 = a;
+    stats[r * n_chunks + blockIdx.x].q = c;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) sample_finish_kernel(
+    const float* __restrict__ logits, int64_t V, int n_chunks, const ChunkStats* __restrict__ stats,
+    const float* __restrict__ temperature, const float* __restrict__ top_p, const int32_t* __restrict__ top_k,
+    const float* __restrict__ min_p, const int64_t* __restrict__ rng_key, const int64_t* __restrict__ rng_pos,
+    const int32_t* __restrict__ banned, int nb, int32_t* __restrict__ tokens, float* __restrict__ lp_raw,
+    float* __restrict__ lp_proc, int32_t* __restrict__ top_ids, float* __restrict__ top_lps, int n_top,
+    bool top_processed) {
+  __shared__ Shared sh;
+  const int64_t r = blockIdx.x;
+  if (row_filtered(r, top_p, top_k, min_p, n_top)) {
+    sample_row_full(r, sh, logits, V, temperature, top_p, top_k, min_p, rng_key, rng_pos, banned, nb, tokens, lp_raw,
+                    lp_proc, top_ids, top_lps, n_top, top_processed);
+    return;
+  }
+  const ChunkStats* st = stats + r * n_chunks;
+  const float* z = logits + r * V;
+  const int32_t* bl = banned ? banned + r * nb : nullptr;
+  const float t_raw = temperature[r];
+  const float temp = t_raw > 0.f ? t_raw : 1.f;
+  float m0, m;
+  row_maxima(st, n_chunks, &m0, &m);
+  double s0 = 0.0, S = 0.0;
+  int32_t best = INT32_MAX, n_valid = 0;
+  float bm = -INFINITY;
+  for (int k = 0; k < n_chunks; ++k) {
+    s0 += st[k].s0;
+    S += st[k].q;
+    n_valid += st[k].n_valid;
+    if (st[k].m > bm || (st[k].m == bm && st[k].best < best)) { bm = st[k].m; best = st[k].best; }
+  }
+  if (n_valid == 0) {  // every id banned: caller bug
+    if (threadIdx.x == 0) { tokens[r] = -1; lp_raw[r] = NAN; lp_proc[r] = NAN; }
+    return;
+  }
+  const double lse0 = double(m0) + log(s0);
+  int64_t t = best;
+  if (t_raw > 0.f) {
+    const float u = sampling_uniform(uint64_t(rng_key[r]), uint64_t(rng_pos[r]));
+    const double thr = double(u) * S;
+    // First chunk whose running sum exceeds thr (the last chunk with mass if rounding leaves none).
+    double pre = 0.0;
+    int c = -1, last_c = -1;
+    for (int k = 0; k < n_chunks; ++k) {
+      if (st[k].q <= 0.0) continue;
+      last_c = k;
+      if (pre + st[k].q > thr) { c = k; break; }
+      pre += st[k].q;
+    }
+    if (c < 0) {  // walk the last chunk with mass from its own start: take its last weighted id
+      c = last_c;
+      pre = -INFINITY;
+    }
+    const int64_t b = int64_t(c) * kChunk, e = min(V, b + kChunk);
+    double tot;
+    int64_t last;
+    const int64_t f = scan_find(
+        e - b,
+        [&](int64_t i) { const float y = processed(z, b + i, temp, bl, nb); return y == -INFINITY ? 0.0 : double(expf(y - m)); },
+        [&](double) { return pre == -INFINITY ? INFINITY : thr - pre; }, true, sh, &tot, &last);
+    t = b + (f >= 0 ? f : last);
+  }
+  if (threadIdx.x == 0) {
+    tokens[r] = int32_t(t);
+    lp_raw[r] = float(double(z[t]) - lse0);
+    lp_proc[r] = float(double(processed(z, t, temp, bl, nb)) - double(m) - log(S));
+  }
+}
+
 }  // namespace
 
 void sample_tokens(Context& ctx, SamplingOutputs& out, const Tensor& logits, const SamplingRows& rows,
@@ -324,12 +520,26 @@ void sample_tokens(Context& ctx, SamplingOutputs& out, const Tensor& logits, con
   GRPO_CHECK_MSG(R <= 0x7fffffff, "sample_tokens: too many rows");
   const int nb = rows.banned.defined() ? int(rows.banned.shape[1]) : 0;
   const int n_top = out.top_ids.defined() ? int(out.top_ids.shape[1]) : 0;
-  sample_kernel<<<unsigned(R), kThreads, 0, stream_of(ctx)>>>(
-      logits.ptr<float>(), V, rows.temperature.ptr<float>(), rows.top_p.ptr<float>(), rows.top_k.ptr<int32_t>(),
-      rows.min_p.ptr<float>(), rows.rng_key.ptr<int64_t>(), rows.rng_pos.ptr<int64_t>(),
-      nb ? rows.banned.ptr<int32_t>() : nullptr, nb, out.tokens.ptr<int32_t>(), out.logprob_raw.ptr<float>(),
-      out.logprob_processed.ptr<float>(), n_top ? out.top_ids.ptr<int32_t>() : nullptr,
-      n_top ? out.top_logprobs.ptr<float>() : nullptr, n_top, top_processed);
+  const int n_chunks = int((V + kChunk - 1) / kChunk);
+  ScratchAlloc sa(ctx);
+  ChunkStats* stats = sa.alloc<ChunkStats>(R * n_chunks, "sampler chunk statistics");
+  const int32_t* bl = nb ? rows.banned.ptr<int32_t>() : nullptr;
+  GRPO_CHECK_MSG(R <= 65535, "sample_tokens: at most 65535 rows per launch");
+  const dim3 sgrid{unsigned(n_chunks), unsigned(R), 1u};
+  sample_stats_kernel<<<sgrid, kSplitThreads, 0, stream_of(ctx)>>>(
+      logits.ptr<float>(), V, n_chunks, rows.temperature.ptr<float>(), rows.top_p.ptr<float>(),
+      rows.top_k.ptr<int32_t>(), rows.min_p.ptr<float>(), bl, nb, n_top, stats);
+  CUDA_CHECK_LAUNCH();
+  sample_sums_kernel<<<sgrid, kSplitThreads, 0, stream_of(ctx)>>>(
+      logits.ptr<float>(), V, n_chunks, rows.temperature.ptr<float>(), rows.top_p.ptr<float>(),
+      rows.top_k.ptr<int32_t>(), rows.min_p.ptr<float>(), bl, nb, n_top, stats);
+  CUDA_CHECK_LAUNCH();
+  sample_finish_kernel<<<unsigned(R), kThreads, 0, stream_of(ctx)>>>(
+      logits.ptr<float>(), V, n_chunks, stats, rows.temperature.ptr<float>(), rows.top_p.ptr<float>(),
+      rows.top_k.ptr<int32_t>(), rows.min_p.ptr<float>(), rows.rng_key.ptr<int64_t>(), rows.rng_pos.ptr<int64_t>(),
+      bl, nb, out.tokens.ptr<int32_t>(), out.logprob_raw.ptr<float>(), out.logprob_processed.ptr<float>(),
+      n_top ? out.top_ids.ptr<int32_t>() : nullptr, n_top ? out.top_logprobs.ptr<float>() : nullptr, n_top,
+      top_processed);
   CUDA_CHECK_LAUNCH();
 }
 
