@@ -22,17 +22,18 @@ variants=(
   "--set rollout.num_generations=32 --set rollout.prompts_per_step=16 --set train.lr=5e-4"
 )
 i=0
+mkdir -p /tmp/sweep
 for v in "${variants[@]}"; do
   out=/tmp/sweep/$i
   rm -rf "$out"
-  t0=$(date +%s.%N)
+  t0=$(date +%s%N)
   $B/grpo train examples/default.toml --set model.device=cuda $v --set log.progress=off --out "$out" > "$out.log" 2>&1
   rc=$?
-  t1=$(date +%s.%N)
+  t1=$(date +%s%N)
   acc=$(python3 -c "
 import json,sys
 a=[json.loads(l) for l in open('$out/metrics.jsonl') if 'eval/accuracy' in l]
 print(' '.join('%.3f'%x['eval/accuracy'] for x in a))" 2>/dev/null)
-  printf "%2d rc=%d %5.1fs [%s] %s\n" $i $rc $(echo "$t1 - $t0" | bc) "$v" "$acc"
+  printf "%2d rc=%d %5dms [%s] %s\n" $i $rc $(( (t1 - t0) / 1000000 )) "$v" "$acc"
   i=$((i+1))
 done
