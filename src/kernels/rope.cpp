@@ -30,4 +30,23 @@ void rope_backward(Context& ctx, Tensor& dx, const Tensor& positions, const Tens
   GRPO_DISPATCH(ctx, rope_backward, ctx, dx, positions, cos, sin);
 }
 
+void rope_qk_cache_write(Context& ctx, Tensor& q, Tensor& k, const Tensor& v, const Tensor& positions,
+                         const Tensor& cos, const Tensor& sin, Tensor& k_cache, Tensor& v_cache,
+                         const PagedAttnMeta& meta) {
+  rope_check(ctx, q, positions, cos, sin);
+  rope_check(ctx, k, positions, cos, sin);
+  GRPO_CHECK_ACT(ctx, v);
+  GRPO_CHECK_MSG(k.shape[0] == q.shape[0] && k.shape[2] == q.shape[2] && v.numel() == k.numel() &&
+                     v.dtype == k.dtype && q.dtype == k.dtype,
+                 "rope_qk_cache_write: q (T,Hq,D), k and v (T,Hkv,D) of one dtype");
+  GRPO_CHECK_ACT(ctx, k_cache);
+  GRPO_CHECK_ACT(ctx, v_cache);
+  GRPO_CHECK_MSG(k_cache.ndim == 4 && k_cache.shape[2] == k.shape[1] && k_cache.shape[3] == k.shape[2] &&
+                     v_cache.numel() == k_cache.numel() && k_cache.dtype == k.dtype && v_cache.dtype == k.dtype,
+                 "rope_qk_cache_write: caches must be (n_blocks, block_size, Hkv, D) of k's dtype");
+  GRPO_CHECK_I32(ctx, meta.slot_mapping);
+  GRPO_CHECK_NUMEL(meta.slot_mapping, q.shape[0]);
+  GRPO_DISPATCH(ctx, rope_qk_cache_write, ctx, q, k, v, positions, cos, sin, k_cache, v_cache, meta);
+}
+
 }  // namespace grpo

@@ -3,6 +3,7 @@
 // every position, already including rope scaling (model/rope_table builds it).
 #pragma once
 #include "core/context.h"
+#include "kernels/attention.h"
 
 #define GRPO_ROPE_OPS                                                                        \
   /* x (T,H,D) rotated in place; positions (T) i32; cos, sin (P, D/2) f32 */                 \
@@ -10,7 +11,13 @@
                     const Tensor& sin);                                                      \
   /* dx (T,H,D) in place: the inverse rotation (rotation by -θ) */                           \
   void rope_backward(Context& ctx, Tensor& dx, const Tensor& positions, const Tensor& cos,   \
-                     const Tensor& sin);
+                     const Tensor& sin);                                                     \
+  /* The engine's per-layer step: q (T,Hq,D) and k (T,Hkv,D) rotated in place, then the   */ \
+  /* rotated k rows and v rows written to their cache slots (= rope_forward(q),            */ \
+  /* rope_forward(k), kv_cache_write; one fused kernel on CUDA)                            */ \
+  void rope_qk_cache_write(Context& ctx, Tensor& q, Tensor& k, const Tensor& v,              \
+                           const Tensor& positions, const Tensor& cos, const Tensor& sin,    \
+                           Tensor& k_cache, Tensor& v_cache, const PagedAttnMeta& meta);
 
 namespace grpo { GRPO_ROPE_OPS }
 namespace grpo::cpu { GRPO_ROPE_OPS }

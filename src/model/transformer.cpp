@@ -150,9 +150,8 @@ void transformer_forward(Context& ctx, const ModelWeights& w, KVCache& cache, co
       kr = &k_normed;
       out = &q;
     }
-    rope_forward(ctx, *qr, batch.positions, rope.cos, rope.sin);
-    rope_forward(ctx, *kr, batch.positions, rope.cos, rope.sin);
-    kv_cache_write(ctx, cache.k[size_t(l)], cache.v[size_t(l)], *kr, v, batch.attn);
+    rope_qk_cache_write(ctx, *qr, *kr, v, batch.positions, rope.cos, rope.sin, cache.k[size_t(l)],
+                        cache.v[size_t(l)], batch.attn);
     attention_paged(ctx, *out, *qr, cache.k[size_t(l)], cache.v[size_t(l)], batch.attn);
     Tensor out2 = out->view({T, Hq * D});
     linear_forward(ctx, x, out2, L.wo, nullptr, true);  // x += attention output

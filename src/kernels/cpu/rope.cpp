@@ -38,4 +38,12 @@ void rope_backward(Context& ctx, Tensor& dx, const Tensor& positions, const Tens
   rope_rotate(ctx, dx, positions, cos, sin, -1.f);
 }
 
+void rope_qk_cache_write(Context& ctx, Tensor& q, Tensor& k, const Tensor& v, const Tensor& positions,
+                         const Tensor& cos, const Tensor& sin, Tensor& k_cache, Tensor& v_cache,
+                         const PagedAttnMeta& meta) {
+  cpu::rope_forward(ctx, q, positions, cos, sin);
+  cpu::rope_forward(ctx, k, positions, cos, sin);
+  cpu::kv_cache_write(ctx, k_cache, v_cache, k, v, meta);
+}
+
 }  // namespace grpo::cpu

@@ -6,6 +6,10 @@
 // reads 2 × 16 bytes of x, E cos and E sin (float4 loads, shared by the heads of a token,
 // so mostly L1/L2 hits) and writes 2 × 16 bytes. Otherwise E = 1 (scalar). Flat grid-stride
 // loop over T·H·(D/2)/E with 32-bit index arithmetic when that fits, 64-bit otherwise.
+// rope_qk_cache_write fuses rope(q), rope(k) and the k/v cache write of one engine layer:
+// one flat loop over T·(Hq + 2·Hkv)·(D/2)/E items — q chunks rotated in place, k chunks
+// rotated in place and copied to the token's cache slot, v chunks copied — with the same
+// arithmetic as rope_kernel (bit-identical results). Vector path only; else the three ops.
 // Products are rounded separately (__fmul_rn) so that f32 results match the CPU
 // reference, which does not contract a·c − b·s into an FMA. Each element's result depends
 // only on its own inputs, so E and the grid do not change any value.
@@ -103,7 +107,86 @@ void rope_launch(Context& ctx, Tensor& x, const Tensor& positions, const Tensor&
   CUDA_CHECK_LAUNCH();
 }
 
+template <class T, int E>
+__device__ __forceinline__ void rotate_chunk(float* a, float* b, const float* c, const float* s) {
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    const float ya = __fsub_rn(__fmul_rn(a[e], c[e]), __fmul_rn(b[e], s[e]));
+    const float yb = __fadd_rn(__fmul_rn(b[e], c[e]), __fmul_rn(a[e], s[e]));
+    a[e] = ya;
+    b[e] = yb;
+  }
+}
+
+template <class T, int E>
+__global__ void __launch_bounds__(kThreads)
+rope_qk_cache_kernel(T* __restrict__ q, T* __restrict__ k, const T* __restrict__ v, T* __restrict__ kc,
+                     T* __restrict__ vc, const int32_t* __restrict__ pos, const int32_t* __restrict__ slots,
+                     const float* __restrict__ cos_t, const float* __restrict__ sin_t, uint32_t total, uint32_t Hq,
+                     uint32_t Hkv, uint32_t nchunk, int64_t half) {
+  const uint32_t Hall = Hq + 2 * Hkv;
+  const int64_t D = 2 * half;
+  for (uint32_t idx = blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += gridDim.x * blockDim.x) {
+    const uint32_t th = idx / nchunk;
+    const int64_t i0 = int64_t(idx - th * nchunk) * E;
+    const uint32_t t = th / Hall, h = th - t * Hall;
+    const int64_t slot = __ldg(slots + t);
+    float a[E], b[E];
+    if (h >= Hq + Hkv) {  // v: copy to the cache slot
+      if (slot < 0) continue;
+      const uint32_t j = h - Hq - Hkv;
+      const T* src = v + (int64_t(t) * Hkv + j) * D;
+      T* dst = vc + (slot * Hkv + j) * D;
+      load_elems<T, E>(src + i0, a);
+      load_elems<T, E>(src + half + i0, b);
+      store_elems<T, E>(dst + i0, a);
+      store_elems<T, E>(dst + half + i0, b);
+      continue;
+    }
+    const int64_t p = __ldg(pos + t);
+    float c[E], s[E];
+    load_table<E>(cos_t + p * half + i0, c);
+    load_table<E>(sin_t + p * half + i0, s);
+    T* x = h < Hq ? q + (int64_t(t) * Hq + h) * D : k + (int64_t(t) * Hkv + (h - Hq)) * D;
+    load_elems<T, E>(x + i0, a);
+    load_elems<T, E>(x + half + i0, b);
+    rotate_chunk<T, E>(a, b, c, s);
+    store_elems<T, E>(x + i0, a);
+    store_elems<T, E>(x + half + i0, b);
+    if (h >= Hq && slot >= 0) {
+      T* dst = kc + (slot * Hkv + (h - Hq)) * D;
+      store_elems<T, E>(dst + i0, a);
+      store_elems<T, E>(dst + half + i0, b);
+    }
+  }
+}
+
 }  // namespace
+
+void rope_qk_cache_write(Context& ctx, Tensor& q, Tensor& k, const Tensor& v, const Tensor& positions,
+                         const Tensor& cos, const Tensor& sin, Tensor& k_cache, Tensor& v_cache,
+                         const PagedAttnMeta& meta) {
+  const int64_t T_ = q.shape[0], Hq = q.shape[1], Hkv = k.shape[1], D = q.shape[2], half = D / 2;
+  if (T_ == 0) return;
+  bool fused = false;
+  GRPO_DISPATCH_FLOAT(q.dtype, T, {
+    constexpr int V = Vec16<T>::n;
+    const int64_t nchunk = half / V, total = T_ * (Hq + 2 * Hkv) * nchunk;
+    if (half % V == 0 && aligned16(q.data) && aligned16(k.data) && aligned16(v.data) && aligned16(cos.data) &&
+        aligned16(sin.data) && aligned16(k_cache.data) && aligned16(v_cache.data) && total < int64_t(1) << 30) {
+      rope_qk_cache_kernel<T, V><<<flat_grid(total, kThreads), kThreads, 0, stream_of(ctx)>>>(
+          q.ptr<T>(), k.ptr<T>(), v.ptr<T>(), k_cache.ptr<T>(), v_cache.ptr<T>(), positions.ptr<int32_t>(),
+          meta.slot_mapping.ptr<int32_t>(), cos.ptr<float>(), sin.ptr<float>(), uint32_t(total), uint32_t(Hq),
+          uint32_t(Hkv), uint32_t(nchunk), half);
+      CUDA_CHECK_LAUNCH();
+      fused = true;
+    }
+  });
+  if (fused) return;
+  cuda::rope_forward(ctx, q, positions, cos, sin);
+  cuda::rope_forward(ctx, k, positions, cos, sin);
+  cuda::kv_cache_write(ctx, k_cache, v_cache, k, v, meta);
+}
 
 void rope_forward(Context& ctx, Tensor& x, const Tensor& positions, const Tensor& cos, const Tensor& sin) {
   rope_launch(ctx, x, positions, cos, sin, 1.f);
