@@ -134,4 +134,19 @@ inline std::string tag(const char* op, DType dt) { return std::string(op) + " ["
 
 constexpr DType kDTypes[] = {DType::f32, DType::bf16};
 
+// max|got − ref| / max|ref| (NaN fails): for long bf16 reductions.
+inline ::testing::AssertionResult close_max_rel(const std::string& name, const std::vector<float>& got,
+                                      const std::vector<float>& ref, double max_rel) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = std::fabs(double(got[i]) - double(ref[i]));
+    if (std::isnan(d)) return ::testing::AssertionFailure() << name << ": NaN at index " << i;
+    num = std::max(num, d);
+    den = std::max(den, std::fabs(double(ref[i])));
+  }
+  const double r = den > 0 ? num / den : num;
+  if (r <= max_rel) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << name << ": max|diff|/max|ref| = " << r << " > " << max_rel;
+}
+
 }  // namespace grpo::cudatest

@@ -18,21 +18,6 @@ struct TcCase {
   int64_t Hq, Hkv, D;
 };
 
-// max|got − ref| / max|ref| (NaN fails).
-::testing::AssertionResult close_max_rel(const std::string& name, const std::vector<float>& got,
-                                         const std::vector<float>& ref, double max_rel) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const double d = std::fabs(double(got[i]) - double(ref[i]));
-    if (std::isnan(d)) return ::testing::AssertionFailure() << name << ": NaN at index " << i;
-    num = std::max(num, d);
-    den = std::max(den, std::fabs(double(ref[i])));
-  }
-  const double r = den > 0 ? num / den : num;
-  if (r <= max_rel) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << name << ": max|diff|/max|ref| = " << r << " > " << max_rel;
-}
-
 }  // namespace
 
 TEST(CudaAttentionTc, PackedForwardBackwardMatchCpu) {

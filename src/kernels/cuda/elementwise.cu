@@ -22,43 +22,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// 16 bytes (one raw vector) as f32, and back (rounded to nearest even); the same
-// conversions as to_f32 / from_f32.
-template <class T> __device__ __forceinline__ void unpack16(const uint4& v, float* f);
-template <> __device__ __forceinline__ void unpack16<float>(const uint4& v, float* f) {
-  f[0] = __uint_as_float(v.x); f[1] = __uint_as_float(v.y);
-  f[2] = __uint_as_float(v.z); f[3] = __uint_as_float(v.w);
-}
-template <> __device__ __forceinline__ void unpack16<__nv_bfloat16>(const uint4& v, float* f) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(w[i] << 16);
-    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
-}
-template <> __device__ __forceinline__ void unpack16<__half>(const uint4& v, float* f) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __half2float(__ushort_as_half((unsigned short)(w[i] & 0xffffu)));
-    f[2 * i + 1] = __half2float(__ushort_as_half((unsigned short)(w[i] >> 16)));
-  }
-}
-template <class T> __device__ __forceinline__ uint4 pack16(const float* f);
-template <> __device__ __forceinline__ uint4 pack16<float>(const float* f) {
-  return make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]), __float_as_uint(f[3]));
-}
-template <> __device__ __forceinline__ uint4 pack16<__nv_bfloat16>(const float* f) {
-  return make_uint4(pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3]), pack_bf16x2(f[4], f[5]), pack_bf16x2(f[6], f[7]));
-}
-__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
-  return uint32_t(__half_as_ushort(__float2half_rn(lo))) | (uint32_t(__half_as_ushort(__float2half_rn(hi))) << 16);
-}
-template <> __device__ __forceinline__ uint4 pack16<__half>(const float* f) {
-  return make_uint4(pack_f16x2(f[0], f[1]), pack_f16x2(f[2], f[3]), pack_f16x2(f[4], f[5]), pack_f16x2(f[6], f[7]));
-}
-
 // ---- scalar kernels (any size or alignment) ----
 
 template <class T>

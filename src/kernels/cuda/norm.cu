@@ -39,31 +39,6 @@ constexpr int kBwdWarps = 8;         // warps per backward block, warp path
 constexpr int kMaxBwdBlocks = 256;   // backward blocks, i.e. dw partials, at most
 constexpr int kMaxNV = 8;            // 16-byte vectors per lane held in registers
 
-// 16 bytes (one raw vector) as f32; same bit operations as load_vec.
-template <class T> __device__ __forceinline__ void unpack16(const uint4& v, float* f);
-template <> __device__ __forceinline__ void unpack16<float>(const uint4& v, float* f) {
-  f[0] = __uint_as_float(v.x); f[1] = __uint_as_float(v.y);
-  f[2] = __uint_as_float(v.z); f[3] = __uint_as_float(v.w);
-}
-template <> __device__ __forceinline__ void unpack16<__nv_bfloat16>(const uint4& v, float* f) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(w[i] << 16);
-    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
-}
-
-// E elements at p as f32: E = 1 (any alignment) or E = Vec16<T>::n (16-byte aligned).
-template <class T, int E> __device__ __forceinline__ void load_elems(const T* p, float* f) {
-  if constexpr (E == 1) f[0] = to_f32(*p);
-  else load_vec(p, f);
-}
-template <class T, int E> __device__ __forceinline__ void store_elems(T* p, const float* f) {
-  if constexpr (E == 1) *p = from_f32<T>(f[0]);
-  else store_vec(p, f);
-}
-
 // ---------------------------------------------------------------- forward
 
 template <class T, int NV>

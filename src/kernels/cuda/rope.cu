@@ -22,15 +22,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// E elements of T at p as f32 (E = 1, or 16 bytes at an aligned p).
-template <class T, int E> __device__ __forceinline__ void load_elems(const T* p, float* f) {
-  if constexpr (E == 1) f[0] = to_f32(*p);
-  else load_vec(p, f);
-}
-template <class T, int E> __device__ __forceinline__ void store_elems(T* p, const float* f) {
-  if constexpr (E == 1) *p = from_f32<T>(f[0]);
-  else store_vec(p, f);
-}
 // E floats of a cos/sin table row (E = 1, or a multiple of 4 at a 16-byte aligned p).
 template <int E> __device__ __forceinline__ void load_table(const float* __restrict__ p, float* f) {
   if constexpr (E == 1) {
