@@ -16,7 +16,7 @@ struct ContextOptions {
   Device device = Device::cpu;
   int cuda_device = 0;
   int n_threads = 0;            // CPU worker threads; 0 = hardware concurrency
-  size_t workspace_bytes = 64u << 20;  // cuBLASLt / scratch workspace on the device
+  size_t workspace_bytes = size_t(1) << 30;  // cuBLASLt / scratch workspace on the device (1 GiB: big LM-head logprob tiles)
   bool deterministic = false;   // prefer batch-invariant, run-to-run identical reductions
 };
 

@@ -49,4 +49,21 @@ void rope_qk_cache_write(Context& ctx, Tensor& q, Tensor& k, const Tensor& v, co
   GRPO_DISPATCH(ctx, rope_qk_cache_write, ctx, q, k, v, positions, cos, sin, k_cache, v_cache, meta);
 }
 
+void rope_qkv_cache_write(Context& ctx, Tensor& q, const Tensor& qkv, const Tensor& positions, const Tensor& cos,
+                          const Tensor& sin, Tensor& k_cache, Tensor& v_cache, const PagedAttnMeta& meta) {
+  rope_check(ctx, q, positions, cos, sin);
+  GRPO_CHECK_ACT(ctx, qkv);
+  GRPO_CHECK_ACT(ctx, k_cache);
+  GRPO_CHECK_ACT(ctx, v_cache);
+  GRPO_CHECK_MSG(k_cache.ndim == 4 && k_cache.shape[3] == q.shape[2] && v_cache.numel() == k_cache.numel() &&
+                     k_cache.dtype == q.dtype && v_cache.dtype == q.dtype,
+                 "rope_qkv_cache_write: caches must be (n_blocks, block_size, Hkv, D) of q's dtype");
+  GRPO_CHECK_MSG(qkv.ndim == 2 && qkv.shape[0] == q.shape[0] && qkv.dtype == q.dtype &&
+                     qkv.shape[1] == (q.shape[1] + 2 * k_cache.shape[2]) * q.shape[2],
+                 "rope_qkv_cache_write: qkv must be (T, (Hq + 2·Hkv)·D) of q's dtype");
+  GRPO_CHECK_I32(ctx, meta.slot_mapping);
+  GRPO_CHECK_NUMEL(meta.slot_mapping, q.shape[0]);
+  GRPO_DISPATCH(ctx, rope_qkv_cache_write, ctx, q, qkv, positions, cos, sin, k_cache, v_cache, meta);
+}
+
 }  // namespace grpo

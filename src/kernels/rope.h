@@ -17,7 +17,12 @@
   /* rope_forward(k), kv_cache_write; one fused kernel on CUDA)                            */ \
   void rope_qk_cache_write(Context& ctx, Tensor& q, Tensor& k, const Tensor& v,              \
                            const Tensor& positions, const Tensor& cos, const Tensor& sin,    \
-                           Tensor& k_cache, Tensor& v_cache, const PagedAttnMeta& meta);
+                           Tensor& k_cache, Tensor& v_cache, const PagedAttnMeta& meta);            \
+  /* The same from the fused projection: qkv (T,(Hq+2·Hkv)·D) = [q | k | v] per row; rotated  */ \
+  /* q written to q (T,Hq,D); rotated k and v rows go to the cache slots only                */ \
+  void rope_qkv_cache_write(Context& ctx, Tensor& q, const Tensor& qkv, const Tensor& positions, \
+                            const Tensor& cos, const Tensor& sin, Tensor& k_cache,               \
+                            Tensor& v_cache, const PagedAttnMeta& meta);
 
 namespace grpo { GRPO_ROPE_OPS }
 namespace grpo::cpu { GRPO_ROPE_OPS }

@@ -135,23 +135,25 @@ void transformer_forward(Context& ctx, const ModelWeights& w, KVCache& cache, co
     const LayerWeights& L = w.layers[size_t(l)];
     rmsnorm_forward(ctx, xn, nullptr, x, L.attn_norm, eps);
     linear_forward(ctx, qkv, xn, L.wqkv, L.bqkv.empty() ? nullptr : &L.bqkv, false);
-    qkv_split(ctx, q, k, v, qkv);
     // With qk-norm the normalised q lands in `attn` and the attention output in
-    // `q`; without it q is rotated in place and the output goes to `attn`.
+    // `q`; without it the rotated q goes to `q` straight from the fused projection
+    // (k and v go from there to the cache) and the output to `attn`.
     Tensor* qr = &q;
-    Tensor* kr = &k;
     Tensor* out = &attn;
     if (cfg.qk_norm) {
+      qkv_split(ctx, q, k, v, qkv);
       Tensor q2 = q.view({T * Hq, D}), qn2 = attn.view({T * Hq, D});
       Tensor k2 = k.view({T * Hkv, D}), kn2 = k_normed.view({T * Hkv, D});
       rmsnorm_forward(ctx, qn2, nullptr, q2, L.q_norm, eps);
       rmsnorm_forward(ctx, kn2, nullptr, k2, L.k_norm, eps);
       qr = &attn;
-      kr = &k_normed;
       out = &q;
+      rope_qk_cache_write(ctx, *qr, k_normed, v, batch.positions, rope.cos, rope.sin, cache.k[size_t(l)],
+                          cache.v[size_t(l)], batch.attn);
+    } else {
+      rope_qkv_cache_write(ctx, q, qkv, batch.positions, rope.cos, rope.sin, cache.k[size_t(l)], cache.v[size_t(l)],
+                           batch.attn);
     }
-    rope_qk_cache_write(ctx, *qr, *kr, v, batch.positions, rope.cos, rope.sin, cache.k[size_t(l)],
-                        cache.v[size_t(l)], batch.attn);
     attention_paged(ctx, *out, *qr, cache.k[size_t(l)], cache.v[size_t(l)], batch.attn);
     Tensor out2 = out->view({T, Hq * D});
     linear_forward(ctx, x, out2, L.wo, nullptr, true);  // x += attention output

@@ -2,6 +2,7 @@
 // (x[i], x[i+D/2]) rotated by θ = angle(pos, i):
 //   x[i]' = x[i]·cos − x[i+D/2]·sin,  x[i+D/2]' = x[i+D/2]·cos + x[i]·sin.
 // The backward is the transpose of that rotation, i.e. the rotation by −θ.
+#include "kernels/elementwise.h"
 #include "kernels/rope.h"
 
 namespace grpo::cpu {
@@ -44,6 +45,14 @@ void rope_qk_cache_write(Context& ctx, Tensor& q, Tensor& k, const Tensor& v, co
   cpu::rope_forward(ctx, q, positions, cos, sin);
   cpu::rope_forward(ctx, k, positions, cos, sin);
   cpu::kv_cache_write(ctx, k_cache, v_cache, k, v, meta);
+}
+
+void rope_qkv_cache_write(Context& ctx, Tensor& q, const Tensor& qkv, const Tensor& positions, const Tensor& cos,
+                          const Tensor& sin, Tensor& k_cache, Tensor& v_cache, const PagedAttnMeta& meta) {
+  const int64_t T_ = q.shape[0], Hkv = k_cache.shape[2], D = q.shape[2];
+  Tensor k = tensor_empty(Device::cpu, q.dtype, {T_, Hkv, D}), v = tensor_empty(Device::cpu, q.dtype, {T_, Hkv, D});
+  cpu::qkv_split(ctx, q, k, v, qkv);
+  cpu::rope_qk_cache_write(ctx, q, k, v, positions, cos, sin, k_cache, v_cache, meta);
 }
 
 }  // namespace grpo::cpu

@@ -10,10 +10,13 @@
 // one flat loop over T·(Hq + 2·Hkv)·(D/2)/E items — q chunks rotated in place, k chunks
 // rotated in place and copied to the token's cache slot, v chunks copied — with the same
 // arithmetic as rope_kernel (bit-identical results). Vector path only; else the three ops.
+// rope_qkv_cache_write does the same reading q/k/v straight from the fused qkv projection
+// rows (no qkv_split launch).
 // Products are rounded separately (__fmul_rn) so that f32 results match the CPU
 // reference, which does not contract a·c − b·s into an FMA. Each element's result depends
 // only on its own inputs, so E and the grid do not change any value.
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/elementwise.h"
 #include "kernels/rope.h"
 
 namespace grpo::cuda {
@@ -109,47 +112,84 @@ __device__ __forceinline__ void rotate_chunk(float* a, float* b, const float* c,
   }
 }
 
+// Sources with a token stride (rows of a fused qkv, or separate q/k/v tensors); q lands in
+// q_dst (T,Hq,D); rotated k in k_dst (T,Hkv,D) when given, and in its cache slot.
+struct RopeCacheArgs {
+  const void *q_src, *k_src, *v_src;
+  int64_t sq, sk, sv;  // token strides of the sources, in elements
+  void *q_dst, *k_dst;  // k_dst may be null
+  void *kc, *vc;
+  const int32_t *pos, *slots;
+  const float *cos_t, *sin_t;
+};
+
 template <class T, int E>
 __global__ void __launch_bounds__(kThreads)
-rope_qk_cache_kernel(T* __restrict__ q, T* __restrict__ k, const T* __restrict__ v, T* __restrict__ kc,
-                     T* __restrict__ vc, const int32_t* __restrict__ pos, const int32_t* __restrict__ slots,
-                     const float* __restrict__ cos_t, const float* __restrict__ sin_t, uint32_t total, uint32_t Hq,
-                     uint32_t Hkv, uint32_t nchunk, int64_t half) {
+rope_qk_cache_kernel(RopeCacheArgs a, uint32_t total, uint32_t Hq, uint32_t Hkv, uint32_t nchunk, int64_t half) {
   const uint32_t Hall = Hq + 2 * Hkv;
   const int64_t D = 2 * half;
+  const T* qs = static_cast<const T*>(a.q_src);
+  const T* ks = static_cast<const T*>(a.k_src);
+  const T* vs = static_cast<const T*>(a.v_src);
+  T* kc = static_cast<T*>(a.kc);
+  T* vc = static_cast<T*>(a.vc);
   for (uint32_t idx = blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += gridDim.x * blockDim.x) {
     const uint32_t th = idx / nchunk;
     const int64_t i0 = int64_t(idx - th * nchunk) * E;
     const uint32_t t = th / Hall, h = th - t * Hall;
-    const int64_t slot = __ldg(slots + t);
-    float a[E], b[E];
+    const int64_t slot = __ldg(a.slots + t);
+    float x0[E], x1[E];
     if (h >= Hq + Hkv) {  // v: copy to the cache slot
       if (slot < 0) continue;
       const uint32_t j = h - Hq - Hkv;
-      const T* src = v + (int64_t(t) * Hkv + j) * D;
+      const T* src = vs + int64_t(t) * a.sv + int64_t(j) * D;
       T* dst = vc + (slot * Hkv + j) * D;
-      load_elems<T, E>(src + i0, a);
-      load_elems<T, E>(src + half + i0, b);
-      store_elems<T, E>(dst + i0, a);
-      store_elems<T, E>(dst + half + i0, b);
+      load_elems<T, E>(src + i0, x0);
+      load_elems<T, E>(src + half + i0, x1);
+      store_elems<T, E>(dst + i0, x0);
+      store_elems<T, E>(dst + half + i0, x1);
       continue;
     }
-    const int64_t p = __ldg(pos + t);
-    float c[E], s[E];
-    load_table<E>(cos_t + p * half + i0, c);
-    load_table<E>(sin_t + p * half + i0, s);
-    T* x = h < Hq ? q + (int64_t(t) * Hq + h) * D : k + (int64_t(t) * Hkv + (h - Hq)) * D;
-    load_elems<T, E>(x + i0, a);
-    load_elems<T, E>(x + half + i0, b);
-    rotate_chunk<T, E>(a, b, c, s);
-    store_elems<T, E>(x + i0, a);
-    store_elems<T, E>(x + half + i0, b);
-    if (h >= Hq && slot >= 0) {
-      T* dst = kc + (slot * Hkv + (h - Hq)) * D;
-      store_elems<T, E>(dst + i0, a);
-      store_elems<T, E>(dst + half + i0, b);
+    const int64_t p = __ldg(a.pos + t);
+    float c[E], sn[E];
+    load_table<E>(a.cos_t + p * half + i0, c);
+    load_table<E>(a.sin_t + p * half + i0, sn);
+    const bool is_q = h < Hq;
+    const uint32_t j = is_q ? h : h - Hq;
+    const T* src = is_q ? qs + int64_t(t) * a.sq + int64_t(j) * D : ks + int64_t(t) * a.sk + int64_t(j) * D;
+    load_elems<T, E>(src + i0, x0);
+    load_elems<T, E>(src + half + i0, x1);
+    rotate_chunk<T, E>(x0, x1, c, sn);
+    T* dst = is_q ? static_cast<T*>(a.q_dst) + (int64_t(t) * Hq + j) * D
+                  : (a.k_dst ? static_cast<T*>(a.k_dst) + (int64_t(t) * Hkv + j) * D : nullptr);
+    if (dst) {
+      store_elems<T, E>(dst + i0, x0);
+      store_elems<T, E>(dst + half + i0, x1);
+    }
+    if (!is_q && slot >= 0) {
+      T* cd = kc + (slot * Hkv + j) * D;
+      store_elems<T, E>(cd + i0, x0);
+      store_elems<T, E>(cd + half + i0, x1);
     }
   }
+}
+
+// Launches the fused kernel when the vector path applies; false otherwise.
+bool rope_cache_fused(Context& ctx, const RopeCacheArgs& a, DType dt, int64_t T_, int64_t Hq, int64_t Hkv,
+                      int64_t D, bool aligned) {
+  const int64_t half = D / 2;
+  bool done = false;
+  GRPO_DISPATCH_FLOAT(dt, T, {
+    constexpr int V = Vec16<T>::n;
+    const int64_t nchunk = half / V, total = T_ * (Hq + 2 * Hkv) * nchunk;
+    if (aligned && half % V == 0 && total < int64_t(1) << 30) {
+      rope_qk_cache_kernel<T, V><<<flat_grid(total, kThreads), kThreads, 0, stream_of(ctx)>>>(
+          a, uint32_t(total), uint32_t(Hq), uint32_t(Hkv), uint32_t(nchunk), half);
+      CUDA_CHECK_LAUNCH();
+      done = true;
+    }
+  });
+  return done;
 }
 
 }  // namespace
@@ -157,23 +197,38 @@ rope_qk_cache_kernel(T* __restrict__ q, T* __restrict__ k, const T* __restrict__
 void rope_qk_cache_write(Context& ctx, Tensor& q, Tensor& k, const Tensor& v, const Tensor& positions,
                          const Tensor& cos, const Tensor& sin, Tensor& k_cache, Tensor& v_cache,
                          const PagedAttnMeta& meta) {
-  const int64_t T_ = q.shape[0], Hq = q.shape[1], Hkv = k.shape[1], D = q.shape[2], half = D / 2;
+  const int64_t T_ = q.shape[0], Hq = q.shape[1], Hkv = k.shape[1], D = q.shape[2];
   if (T_ == 0) return;
-  bool fused = false;
-  GRPO_DISPATCH_FLOAT(q.dtype, T, {
-    constexpr int V = Vec16<T>::n;
-    const int64_t nchunk = half / V, total = T_ * (Hq + 2 * Hkv) * nchunk;
-    if (half % V == 0 && aligned16(q.data) && aligned16(k.data) && aligned16(v.data) && aligned16(cos.data) &&
-        aligned16(sin.data) && aligned16(k_cache.data) && aligned16(v_cache.data) && total < int64_t(1) << 30) {
-      rope_qk_cache_kernel<T, V><<<flat_grid(total, kThreads), kThreads, 0, stream_of(ctx)>>>(
-          q.ptr<T>(), k.ptr<T>(), v.ptr<T>(), k_cache.ptr<T>(), v_cache.ptr<T>(), positions.ptr<int32_t>(),
-          meta.slot_mapping.ptr<int32_t>(), cos.ptr<float>(), sin.ptr<float>(), uint32_t(total), uint32_t(Hq),
-          uint32_t(Hkv), uint32_t(nchunk), half);
-      CUDA_CHECK_LAUNCH();
-      fused = true;
-    }
-  });
-  if (fused) return;
+  RopeCacheArgs a{q.data, k.data, v.data, Hq * D, Hkv * D, Hkv * D, q.data, k.data, k_cache.data, v_cache.data,
+                  positions.ptr<int32_t>(), meta.slot_mapping.ptr<int32_t>(), cos.ptr<float>(), sin.ptr<float>()};
+  const bool aligned = aligned16(q.data) && aligned16(k.data) && aligned16(v.data) && aligned16(cos.data) &&
+                       aligned16(sin.data) && aligned16(k_cache.data) && aligned16(v_cache.data);
+  if (rope_cache_fused(ctx, a, q.dtype, T_, Hq, Hkv, D, aligned)) return;
+  cuda::rope_forward(ctx, q, positions, cos, sin);
+  cuda::rope_forward(ctx, k, positions, cos, sin);
+  cuda::kv_cache_write(ctx, k_cache, v_cache, k, v, meta);
+}
+
+void rope_qkv_cache_write(Context& ctx, Tensor& q, const Tensor& qkv, const Tensor& positions, const Tensor& cos,
+                          const Tensor& sin, Tensor& k_cache, Tensor& v_cache, const PagedAttnMeta& meta) {
+  const int64_t T_ = q.shape[0], Hq = q.shape[1], D = q.shape[2], Hkv = k_cache.shape[2];
+  if (T_ == 0) return;
+  const int64_t es = int64_t(dtype_size(q.dtype)), row = qkv.shape[1];
+  const char* base = static_cast<const char*>(qkv.data);
+  RopeCacheArgs a{base, base + Hq * D * es, base + (Hq + Hkv) * D * es, row, row, row, q.data, nullptr,
+                  k_cache.data, v_cache.data, positions.ptr<int32_t>(), meta.slot_mapping.ptr<int32_t>(),
+                  cos.ptr<float>(), sin.ptr<float>()};
+  const bool aligned = aligned16(qkv.data) && (row * es) % 16 == 0 && (Hq * D * es) % 16 == 0 &&
+                       (Hkv * D * es) % 16 == 0 && aligned16(q.data) && aligned16(cos.data) && aligned16(sin.data) &&
+                       aligned16(k_cache.data) && aligned16(v_cache.data);
+  if (rope_cache_fused(ctx, a, q.dtype, T_, Hq, Hkv, D, aligned)) return;
+  // Fallback: split into scratch k/v, then the three ops.
+  ScratchAlloc sa(ctx);
+  Tensor k = tensor_borrow(sa.alloc<unsigned char>(T_ * Hkv * D * es, "rope_qkv_cache_write k"), q.dtype,
+                           Device::cuda, {T_, Hkv, D});
+  Tensor v = tensor_borrow(sa.alloc<unsigned char>(T_ * Hkv * D * es, "rope_qkv_cache_write v"), q.dtype,
+                           Device::cuda, {T_, Hkv, D});
+  cuda::qkv_split(ctx, q, k, v, qkv);
   cuda::rope_forward(ctx, q, positions, cos, sin);
   cuda::rope_forward(ctx, k, positions, cos, sin);
   cuda::kv_cache_write(ctx, k_cache, v_cache, k, v, meta);
