@@ -66,4 +66,19 @@ void rope_qkv_cache_write(Context& ctx, Tensor& q, const Tensor& qkv, const Tens
   GRPO_DISPATCH(ctx, rope_qkv_cache_write, ctx, q, qkv, positions, cos, sin, k_cache, v_cache, meta);
 }
 
+void qk_norm_rope_cache_write(Context& ctx, Tensor& q, const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm,
+                              float eps, const Tensor& positions, const Tensor& cos, const Tensor& sin,
+                              Tensor& k_cache, Tensor& v_cache, const PagedAttnMeta& meta) {
+  GRPO_CHECK_ACT(ctx, q_norm);
+  GRPO_CHECK_ACT(ctx, k_norm);
+  GRPO_CHECK_MSG(q_norm.numel() == q.shape[2] && k_norm.numel() == q.shape[2] && q_norm.dtype == q.dtype &&
+                     k_norm.dtype == q.dtype,
+                 "qk_norm_rope_cache_write: q_norm and k_norm must be (D) of q's dtype");
+  GRPO_CHECK_MSG(qkv.ndim == 2 && k_cache.ndim == 4 && qkv.shape[1] == (q.shape[1] + 2 * k_cache.shape[2]) * q.shape[2],
+                 "qk_norm_rope_cache_write: qkv must be (T, (Hq + 2·Hkv)·D)");
+  rope_check(ctx, q, positions, cos, sin);
+  GRPO_DISPATCH(ctx, qk_norm_rope_cache_write, ctx, q, qkv, q_norm, k_norm, eps, positions, cos, sin, k_cache,
+                v_cache, meta);
+}
+
 }  // namespace grpo

@@ -22,7 +22,13 @@
   /* q written to q (T,Hq,D); rotated k and v rows go to the cache slots only                */ \
   void rope_qkv_cache_write(Context& ctx, Tensor& q, const Tensor& qkv, const Tensor& positions, \
                             const Tensor& cos, const Tensor& sin, Tensor& k_cache,               \
-                            Tensor& v_cache, const PagedAttnMeta& meta);
+                            Tensor& v_cache, const PagedAttnMeta& meta);                          \
+  /* Qwen3's q/k-norm step from the fused projection: q and k heads RMS-normalised with     */ \
+  /* q_norm / k_norm (D), then rotated; q to q (T,Hq,D), k and v rows to the cache slots    */ \
+  void qk_norm_rope_cache_write(Context& ctx, Tensor& q, const Tensor& qkv, const Tensor& q_norm, \
+                                const Tensor& k_norm, float eps, const Tensor& positions,    \
+                                const Tensor& cos, const Tensor& sin, Tensor& k_cache,       \
+                                Tensor& v_cache, const PagedAttnMeta& meta);
 
 namespace grpo { GRPO_ROPE_OPS }
 namespace grpo::cpu { GRPO_ROPE_OPS }

@@ -96,10 +96,7 @@ ForwardScratch forward_scratch_allocate(const ModelConfig& cfg, Device dev, DTyp
   s.xn = tensor_empty(dev, dt, {T, C});
   s.qkv = tensor_empty(dev, dt, {T, cfg.qkv_dim()});
   s.q = tensor_empty(dev, dt, {T, cfg.n_heads, D});
-  s.k = tensor_empty(dev, dt, {T, cfg.n_kv_heads, D});
-  s.v = tensor_empty(dev, dt, {T, cfg.n_kv_heads, D});
   s.attn = tensor_empty(dev, dt, {T, cfg.n_heads, D});
-  s.mlp_in = tensor_empty(dev, dt, {T, cfg.n_kv_heads, D});  // k after qk-norm (qwen3)
   s.gate_up = tensor_empty(dev, dt, {T, 2 * F});
   s.mlp_act = tensor_empty(dev, dt, {T, F});
   s.rows = tensor_empty(dev, dt, {int64_t(max_logit_rows), C});
@@ -110,7 +107,7 @@ void transformer_forward(Context& ctx, const ModelWeights& w, KVCache& cache, co
                          const ForwardBatch& batch, ForwardScratch& scratch, Tensor& logits) {
   const ModelConfig& cfg = w.config;
   const int64_t T = batch.tokens.numel(), R = batch.logit_rows.numel();
-  const int64_t D = cfg.head_dim, Hq = cfg.n_heads, Hkv = cfg.n_kv_heads;
+  const int64_t D = cfg.head_dim, Hq = cfg.n_heads;
   GRPO_CHECK_MSG(T > 0 && T <= scratch.max_tokens, "transformer_forward: batch larger than the scratch");
   GRPO_CHECK_MSG(R <= scratch.max_logit_rows && R <= T, "transformer_forward: too many logit rows");
   GRPO_CHECK_MSG(int(cache.k.size()) == cfg.n_layers, "transformer_forward: cache has the wrong layer count");
@@ -123,10 +120,7 @@ void transformer_forward(Context& ctx, const ModelWeights& w, KVCache& cache, co
   Tensor xn = scratch.xn.slice0(0, T);            // (T, C)
   Tensor qkv = scratch.qkv.slice0(0, T);          // (T, (Hq+2Hkv)·D)
   Tensor q = scratch.q.slice0(0, T);              // (T, Hq, D)
-  Tensor k = scratch.k.slice0(0, T);              // (T, Hkv, D)
-  Tensor v = scratch.v.slice0(0, T);              // (T, Hkv, D)
   Tensor attn = scratch.attn.slice0(0, T);        // (T, Hq, D)
-  Tensor k_normed = scratch.mlp_in.slice0(0, T);  // (T, Hkv, D)
   Tensor gate_up = scratch.gate_up.slice0(0, T);  // (T, 2F)
   Tensor act = scratch.mlp_act.slice0(0, T);      // (T, F)
 
@@ -141,15 +135,10 @@ void transformer_forward(Context& ctx, const ModelWeights& w, KVCache& cache, co
     Tensor* qr = &q;
     Tensor* out = &attn;
     if (cfg.qk_norm) {
-      qkv_split(ctx, q, k, v, qkv);
-      Tensor q2 = q.view({T * Hq, D}), qn2 = attn.view({T * Hq, D});
-      Tensor k2 = k.view({T * Hkv, D}), kn2 = k_normed.view({T * Hkv, D});
-      rmsnorm_forward(ctx, qn2, nullptr, q2, L.q_norm, eps);
-      rmsnorm_forward(ctx, kn2, nullptr, k2, L.k_norm, eps);
+      qk_norm_rope_cache_write(ctx, attn, qkv, L.q_norm, L.k_norm, eps, batch.positions, rope.cos, rope.sin,
+                               cache.k[size_t(l)], cache.v[size_t(l)], batch.attn);
       qr = &attn;
       out = &q;
-      rope_qk_cache_write(ctx, *qr, k_normed, v, batch.positions, rope.cos, rope.sin, cache.k[size_t(l)],
-                          cache.v[size_t(l)], batch.attn);
     } else {
       rope_qkv_cache_write(ctx, q, qkv, batch.positions, rope.cos, rope.sin, cache.k[size_t(l)], cache.v[size_t(l)],
                            batch.attn);

@@ -41,7 +41,7 @@ struct ForwardBatch {
 struct ForwardScratch {
   int max_tokens = 0;
   int max_logit_rows = 0;
-  Tensor x, xn, qkv, q, k, v, attn, mlp_in, gate_up, mlp_act, rows;  // sized for max_tokens
+  Tensor x, xn, qkv, q, attn, gate_up, mlp_act, rows;  // sized for max_tokens
 };
 ForwardScratch forward_scratch_allocate(const ModelConfig& cfg, Device dev, DType dt, int max_tokens,
                                         int max_logit_rows);

@@ -3,6 +3,7 @@
 //   x[i]' = x[i]·cos − x[i+D/2]·sin,  x[i+D/2]' = x[i+D/2]·cos + x[i]·sin.
 // The backward is the transpose of that rotation, i.e. the rotation by −θ.
 #include "kernels/elementwise.h"
+#include "kernels/norm.h"
 #include "kernels/rope.h"
 
 namespace grpo::cpu {
@@ -53,6 +54,20 @@ void rope_qkv_cache_write(Context& ctx, Tensor& q, const Tensor& qkv, const Tens
   Tensor k = tensor_empty(Device::cpu, q.dtype, {T_, Hkv, D}), v = tensor_empty(Device::cpu, q.dtype, {T_, Hkv, D});
   cpu::qkv_split(ctx, q, k, v, qkv);
   cpu::rope_qk_cache_write(ctx, q, k, v, positions, cos, sin, k_cache, v_cache, meta);
+}
+
+void qk_norm_rope_cache_write(Context& ctx, Tensor& q, const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm,
+                              float eps, const Tensor& positions, const Tensor& cos, const Tensor& sin,
+                              Tensor& k_cache, Tensor& v_cache, const PagedAttnMeta& meta) {
+  const int64_t T_ = q.shape[0], Hq = q.shape[1], Hkv = k_cache.shape[2], D = q.shape[2];
+  Tensor qr = tensor_empty(Device::cpu, q.dtype, {T_, Hq, D});
+  Tensor k = tensor_empty(Device::cpu, q.dtype, {T_, Hkv, D}), v = tensor_empty(Device::cpu, q.dtype, {T_, Hkv, D});
+  Tensor kn = tensor_empty(Device::cpu, q.dtype, {T_, Hkv, D});
+  cpu::qkv_split(ctx, qr, k, v, qkv);
+  Tensor q2 = q.view({T_ * Hq, D}), k2 = kn.view({T_ * Hkv, D});
+  cpu::rmsnorm_forward(ctx, q2, nullptr, qr.view({T_ * Hq, D}), q_norm, eps);
+  cpu::rmsnorm_forward(ctx, k2, nullptr, k.view({T_ * Hkv, D}), k_norm, eps);
+  cpu::rope_qk_cache_write(ctx, q, kn, v, positions, cos, sin, k_cache, v_cache, meta);
 }
 
 }  // namespace grpo::cpu

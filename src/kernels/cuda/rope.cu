@@ -10,6 +10,10 @@
 // one flat loop over T·(Hq + 2·Hkv)·(D/2)/E items — q chunks rotated in place, k chunks
 // rotated in place and copied to the token's cache slot, v chunks copied — with the same
 // arithmetic as rope_kernel (bit-identical results). Vector path only; else the three ops.
+// qk_norm_rope_cache_write (Qwen3): one warp per (token, head of q, k or v) of the fused
+// qkv rows; a lane holds D/32 consecutive elements, the head's Σx² is a warp butterfly sum,
+// y = w·(x·r) is rounded to the storage dtype as the RMSNorm op does, and the rotate_half
+// partner of lane l is lane l ^ 16. D = 64 or 128; other head dims take the unfused ops.
 // rope_qkv_cache_write does the same reading q/k/v straight from the fused qkv projection
 // rows (no qkv_split launch).
 // Products are rounded separately (__fmul_rn) so that f32 results match the CPU
@@ -17,6 +21,7 @@
 // only on its own inputs, so E and the grid do not change any value.
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/elementwise.h"
+#include "kernels/norm.h"
 #include "kernels/rope.h"
 
 namespace grpo::cuda {
@@ -192,7 +197,102 @@ bool rope_cache_fused(Context& ctx, const RopeCacheArgs& a, DType dt, int64_t T_
   return done;
 }
 
+template <class T, int EPL>
+__device__ __forceinline__ void load_lane(const T* p, float* f) {
+#pragma unroll
+  for (int e = 0; e < EPL; ++e) f[e] = to_f32(p[e]);
+}
+
+template <class T, int EPL>
+__global__ void __launch_bounds__(256)
+qk_norm_rope_cache_kernel(RopeCacheArgs a, const T* __restrict__ wq, const T* __restrict__ wk, float eps,
+                          int64_t n_warps, int Hq, int Hkv) {
+  constexpr int D = 32 * EPL, half = D / 2;
+  const int64_t gw = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  if (gw >= n_warps) return;
+  const int lane = threadIdx.x & 31;
+  const int Hall = Hq + 2 * Hkv;
+  const int64_t t = gw / Hall;
+  const int h = int(gw - t * Hall);
+  const int64_t slot = __ldg(a.slots + t);
+  const T* row = static_cast<const T*>(a.q_src) + t * a.sq;  // fused rows: q, k, v sources share the row
+  float x[EPL];
+  if (h >= Hq + Hkv) {  // v
+    if (slot < 0) return;
+    const int j = h - Hq - Hkv;
+    const T* src = row + int64_t(Hq + Hkv + j) * D + lane * EPL;
+    T* dst = static_cast<T*>(a.vc) + (slot * Hkv + j) * D + lane * EPL;
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) dst[e] = src[e];
+    return;
+  }
+  const bool is_q = h < Hq;
+  const T* w = is_q ? wq : wk;
+  load_lane<T, EPL>(row + int64_t(h) * D + lane * EPL, x);
+  float ss = 0.f;
+#pragma unroll
+  for (int e = 0; e < EPL; ++e) ss += x[e] * x[e];
+  ss = warp_sum(ss);
+  const float r = 1.f / sqrtf(ss / float(D) + eps);
+#pragma unroll
+  for (int e = 0; e < EPL; ++e) x[e] = to_f32(from_f32<T>(to_f32(w[lane * EPL + e]) * (x[e] * r)));
+  const int64_t p = __ldg(a.pos + t);
+  const int i0 = (lane & 15) * EPL;  // index within the half
+  float y[EPL];
+#pragma unroll
+  for (int e = 0; e < EPL; ++e) {
+    const float other = __shfl_xor_sync(0xffffffffu, x[e], 16);
+    const float c = __ldg(a.cos_t + p * half + i0 + e), sn = __ldg(a.sin_t + p * half + i0 + e);
+    y[e] = lane < 16 ? __fsub_rn(__fmul_rn(x[e], c), __fmul_rn(other, sn))
+                     : __fadd_rn(__fmul_rn(x[e], c), __fmul_rn(other, sn));
+  }
+  if (is_q) {
+    T* dst = static_cast<T*>(a.q_dst) + (t * Hq + h) * D + lane * EPL;
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) dst[e] = from_f32<T>(y[e]);
+  } else if (slot >= 0) {
+    T* dst = static_cast<T*>(a.kc) + (slot * Hkv + (h - Hq)) * D + lane * EPL;
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) dst[e] = from_f32<T>(y[e]);
+  }
+}
+
 }  // namespace
+
+void qk_norm_rope_cache_write(Context& ctx, Tensor& q, const Tensor& qkv, const Tensor& q_norm, const Tensor& k_norm,
+                              float eps, const Tensor& positions, const Tensor& cos, const Tensor& sin,
+                              Tensor& k_cache, Tensor& v_cache, const PagedAttnMeta& meta) {
+  const int64_t T_ = q.shape[0], Hq = q.shape[1], D = q.shape[2], Hkv = k_cache.shape[2];
+  if (T_ == 0) return;
+  if (D == 64 || D == 128) {
+    RopeCacheArgs a{qkv.data, nullptr, nullptr, qkv.shape[1], 0, 0, q.data, nullptr, k_cache.data, v_cache.data,
+                    positions.ptr<int32_t>(), meta.slot_mapping.ptr<int32_t>(), cos.ptr<float>(), sin.ptr<float>()};
+    const int64_t n_warps = T_ * (Hq + 2 * Hkv);
+    const unsigned grid = unsigned(ceil_div(n_warps * 32, 256));
+    GRPO_DISPATCH_FLOAT(q.dtype, T, {
+      if (D == 64)
+        qk_norm_rope_cache_kernel<T, 2><<<grid, 256, 0, stream_of(ctx)>>>(a, q_norm.ptr<T>(), k_norm.ptr<T>(), eps,
+                                                                           n_warps, int(Hq), int(Hkv));
+      else
+        qk_norm_rope_cache_kernel<T, 4><<<grid, 256, 0, stream_of(ctx)>>>(a, q_norm.ptr<T>(), k_norm.ptr<T>(), eps,
+                                                                           n_warps, int(Hq), int(Hkv));
+    });
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
+  // Other head dims: split, the two norms, then the fused rope + cache write.
+  const int64_t es = int64_t(dtype_size(q.dtype));
+  ScratchAlloc sa(ctx);
+  auto buf = [&](int64_t H, const char* what) {
+    return tensor_borrow(sa.alloc<unsigned char>(T_ * H * D * es, what), q.dtype, Device::cuda, {T_, H, D});
+  };
+  Tensor qr = buf(Hq, "qk_norm q"), k = buf(Hkv, "qk_norm k"), v = buf(Hkv, "qk_norm v"), kn = buf(Hkv, "qk_norm kn");
+  cuda::qkv_split(ctx, qr, k, v, qkv);
+  Tensor q2 = q.view({T_ * Hq, D}), k2 = kn.view({T_ * Hkv, D});
+  cuda::rmsnorm_forward(ctx, q2, nullptr, qr.view({T_ * Hq, D}), q_norm, eps);
+  cuda::rmsnorm_forward(ctx, k2, nullptr, k.view({T_ * Hkv, D}), k_norm, eps);
+  cuda::rope_qk_cache_write(ctx, q, kn, v, positions, cos, sin, k_cache, v_cache, meta);
+}
 
 void rope_qk_cache_write(Context& ctx, Tensor& q, Tensor& k, const Tensor& v, const Tensor& positions,
                          const Tensor& cos, const Tensor& sin, Tensor& k_cache, Tensor& v_cache,
