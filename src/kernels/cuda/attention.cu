@@ -337,15 +337,18 @@ __device__ __forceinline__ void load_piece(const __nv_bfloat16* p, float* f) {
   }
 }
 
-// Key positions per partition of the paged kernel: fixed per dtype (never by batch).
-template <class T>
-constexpr int paged_part() { return sizeof(T) == 2 ? 128 : 64; }
+// Key positions per partition of the paged kernel: fixed per dtype and head dim (never by
+// batch). 64 for bf16 with D = 128: half the shared memory per block, so more blocks per SM
+// keep more K/V loads in flight (Qwen3's 8 kv heads × 128 make decode KV-bound).
+constexpr int paged_part_of(int elem_bytes, int D) { return elem_bytes == 2 ? (D >= 128 ? 64 : 128) : 64; }
+template <class T, int D>
+constexpr int paged_part() { return paged_part_of(int(sizeof(T)), D); }
 
 template <class T, int D, int MG>
 struct PagedCfg {
   static constexpr int VEC = Vec16<T>::n;
   static constexpr int NV = D / VEC;          // 16-byte chunks per K/V row
-  static constexpr int KP = paged_part<T>();  // keys per partition (= per shared tile)
+  static constexpr int KP = paged_part<T, D>();  // keys per partition (= per shared tile)
   static constexpr int TK = kThreads / KP;    // phase 1: threads per key
   // Phase 3 works on pieces of VP elements (16 bytes, or 8 when MG·VEC is large, to keep
   // the MG·VP accumulators few): NP pieces per row, NPP lanes per key subset.
@@ -730,7 +733,7 @@ void launch_split(Context& ctx, AttnArgs a, int64_t n_tok, bool paged) {
     cfg.numAttrs = kPagedPdl ? 1 : 0;
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, attn_paged_combine_kernel<T>, static_cast<T*>(a.out), a.lse,
                                   static_cast<const float*>(a.part_acc), static_cast<const float*>(a.part_ml),
-                                  a.token_pos, a.T, a.tok0, a.Hq, a.n_splits, D, paged_part<T>()));
+                                  a.token_pos, a.T, a.tok0, a.Hq, a.n_splits, D, paged_part<T, D>()));
   } else if (a.n_splits > 1) {
     attn_combine_kernel<T><<<dim3(unsigned(n_tok), unsigned(a.Hq)), D, 0, stream_of(ctx)>>>(
         static_cast<T*>(a.out), a.lse, a.part_acc, a.part_ml, a.T, a.tok0, a.Hq, a.n_splits, D);
@@ -748,7 +751,7 @@ void run_split(Context& ctx, AttnArgs a, DType dt, int D, int64_t max_ctx, bool 
   a.G = a.Hq / a.Hkv;
   a.n_hgroups = int(ceil_div(a.G, heads_per_block(a.G)));
   if (max_ctx < 1) max_ctx = 1;
-  const int part = !paged ? kPart : dt == DType::f32 ? paged_part<float>() : paged_part<__nv_bfloat16>();
+  const int part = !paged ? kPart : paged_part_of(int(dtype_size(dt)), D);
   a.n_splits = int(ceil_div(max_ctx, part));
   GRPO_CHECK_MSG(a.n_splits <= 65535 && int64_t(a.Hkv) * a.n_hgroups <= 65535, "attention: grid too large");
   int64_t chunk = a.T;
