@@ -197,6 +197,7 @@ void attention_backward(Context& ctx, Tensor& dq, Tensor& dk, Tensor& dv, const 
     t.lse = const_cast<float*>(a.lse);
     t.delta = a.delta;
     t.cu = a.cu; t.n_seqs = a.n_seqs; t.T = a.T;
+    if (attention_tc_supported(dt, a.D)) t.tok_start = sa.alloc<int32_t>(a.T, "attention_backward token starts");
     t.Hq = a.Hq; t.Hkv = a.Hkv; t.G = a.G; t.D = a.D; t.scale = a.scale;
     if (attention_backward_tc(ctx, t, dt)) return;
   }

@@ -395,7 +395,7 @@ __global__ void __launch_bounds__(kThreads) attn_dkv_tc_kernel(TcArgs a) {
     for (int e = threadIdx.x; e < kTile; e += kThreads) {
       const int64_t i = q0 + e;
       const bool ok = i < a.T;
-      qst[buf * kTile + e] = ok ? seq_start(a.cu, a.n_seqs, i) : INT64_MAX;
+      qst[buf * kTile + e] = ok ? int64_t(__ldg(a.tok_start + i)) : INT64_MAX;
       lse2[buf * kTile + e] = ok ? a.lse[int64_t(h) * a.T + i] * kLog2e : 0.f;
       dlt[buf * kTile + e] = ok ? a.delta[int64_t(h) * a.T + i] : 0.f;
     }
@@ -465,6 +465,13 @@ __global__ void __launch_bounds__(kThreads) attn_dkv_tc_kernel(TcArgs a) {
   }
 }
 
+// tok_start[t] = first token of t's sequence: one binary search per token, once per backward
+// (the dk/dv kernel needs it for every query tile it visits).
+__global__ void tok_start_kernel(int32_t* __restrict__ out, const int32_t* __restrict__ cu, int n_seqs, int64_t T) {
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t < T) out[t] = cu[find_seq(cu, n_seqs, t)];
+}
+
 template <class K>
 void set_smem(K kernel, size_t bytes) {
   if (bytes > 48u * 1024u)
@@ -501,8 +508,12 @@ bool attention_forward_tc(Context& ctx, const TcArgs& a, DType dt) {
   return true;
 }
 
-bool attention_backward_tc(Context& ctx, const TcArgs& a, DType dt) {
-  if (!attention_tc_supported(dt, a.D) || a.T == 0) return false;
+bool attention_backward_tc(Context& ctx, const TcArgs& args, DType dt) {
+  if (!attention_tc_supported(dt, args.D) || args.T == 0) return false;
+  const TcArgs& a = args;
+  GRPO_CHECK_MSG(a.tok_start, "attention_backward_tc: tok_start scratch missing");
+  tok_start_kernel<<<unsigned(ceil_div(a.T, 256)), 256, 0, stream_of(ctx)>>>(a.tok_start, a.cu, a.n_seqs, a.T);
+  CUDA_CHECK_LAUNCH();
   if (a.D == 64) launch_bwd<64>(ctx, a);
   else launch_bwd<128>(ctx, a);
   return true;

@@ -13,6 +13,8 @@ struct TcArgs {
   void *dq, *dk, *dv;        // backward outputs
   const float* delta;        // backward: (Hq,T) Σ_d dout·out
   const int32_t* cu;         // (S+1) packed sequence starts
+  int32_t* tok_start;        // backward: (T) scratch from the caller; attention_backward_tc fills it with the
+                             // first token of each token's sequence
   int n_seqs;
   int64_t T;
   int Hq, Hkv, G, D;
