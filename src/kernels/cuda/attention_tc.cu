@@ -139,6 +139,46 @@ __device__ __forceinline__ void tile_pv(float (&acc)[D / 8][4], const float (&p)
   }
 }
 
+// The walk of a 64-query-row block (forward and dq kernels): rows r0.., key tiles from the
+// start of the first row's sequence (ks) to the last row; this thread's two rows (g and g+8
+// of its warp's 16) with their sequence starts.
+struct QueryWalk {
+  int64_t r0, ks, warp_last;
+  int n_tiles;
+  int64_t row[2], rstart[2];
+};
+
+__device__ __forceinline__ QueryWalk query_walk(const TcArgs& a, int warp, int g) {
+  QueryWalk w;
+  w.r0 = int64_t(blockIdx.x) * kTile;
+  const int64_t last = min(w.r0 + kTile, a.T) - 1;
+  w.ks = seq_start(a.cu, a.n_seqs, w.r0);
+  w.n_tiles = int((last - w.ks) / kTile) + 1;
+  w.warp_last = w.r0 + warp * 16 + 15;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    w.row[i] = w.r0 + warp * 16 + g + i * 8;
+    w.rstart[i] = w.row[i] < a.T ? seq_start(a.cu, a.n_seqs, w.row[i]) : INT64_MAX;
+  }
+  return w;
+}
+
+// Double-buffered K/V: issues tile it+1 (if any) and waits for tile it.
+template <int D>
+__device__ __forceinline__ void kv_next(const TcArgs& a, int it, int n_tiles, int64_t k0, __nv_bfloat16* Ks,
+                                        __nv_bfloat16* Vs, int kh) {
+  constexpr int TS = kTile * (D + 8);
+  if (it + 1 < n_tiles) {
+    const int nb = (it + 1) & 1;
+    load_tile<D>(Ks + nb * TS, static_cast<const __nv_bfloat16*>(a.k), k0 + kTile, a.T, a.Hkv, kh);
+    load_tile<D>(Vs + nb * TS, static_cast<const __nv_bfloat16*>(a.v), k0 + kTile, a.T, a.Hkv, kh);
+    cp_commit();
+    cp_wait<1>();
+  } else {
+    cp_wait<0>();
+  }
+}
+
 template <int D>
 constexpr size_t fwd_smem() {
   return size_t(5) * kTile * (D + 8) * sizeof(__nv_bfloat16);
@@ -153,22 +193,14 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_tc_kernel(TcArgs a) {
   __nv_bfloat16* Vs = Ks + 2 * TS;  // 2 buffers
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   const int h = blockIdx.y, kh = h / a.G;
-  const int64_t r0 = int64_t(blockIdx.x) * kTile;
-  const int64_t last = min(r0 + kTile, a.T) - 1;
-  const int64_t ks = seq_start(a.cu, a.n_seqs, r0);
-  const int n_tiles = int((last - ks) / kTile) + 1;
+  const QueryWalk wk = query_walk(a, warp, g);
+  const int64_t r0 = wk.r0, ks = wk.ks, warp_last = wk.warp_last;
+  const int n_tiles = wk.n_tiles;
+  const int64_t* row = wk.row;
+  const int64_t* rstart = wk.rstart;
   const auto* q = static_cast<const __nv_bfloat16*>(a.q);
   const auto* k = static_cast<const __nv_bfloat16*>(a.k);
   const auto* v = static_cast<const __nv_bfloat16*>(a.v);
-
-  // This thread's two rows (g and g+8 of the warp's 16) and their sequence starts.
-  int64_t row[2], rstart[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    row[i] = r0 + warp * 16 + g + i * 8;
-    rstart[i] = row[i] < a.T ? seq_start(a.cu, a.n_seqs, row[i]) : INT64_MAX;
-  }
-  const int64_t warp_last = r0 + warp * 16 + 15;
 
   load_tile<D>(Qs, q, r0, a.T, a.Hq, h);
   load_tile<D>(Ks, k, ks, a.T, a.Hkv, kh);
@@ -183,15 +215,7 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_tc_kernel(TcArgs a) {
 
   for (int it = 0; it < n_tiles; ++it) {
     const int64_t k0 = ks + int64_t(it) * kTile;
-    if (it + 1 < n_tiles) {
-      const int nb = (it + 1) & 1;
-      load_tile<D>(Ks + nb * TS, k, k0 + kTile, a.T, a.Hkv, kh);
-      load_tile<D>(Vs + nb * TS, v, k0 + kTile, a.T, a.Hkv, kh);
-      cp_commit();
-      cp_wait<1>();
-    } else {
-      cp_wait<0>();
-    }
+    kv_next<D>(a, it, n_tiles, k0, Ks, Vs, kh);
     __syncthreads();
     const __nv_bfloat16* Kt = Ks + (it & 1) * TS;
     const __nv_bfloat16* Vt = Vs + (it & 1) * TS;
@@ -275,26 +299,23 @@ __global__ void __launch_bounds__(kThreads) attn_dq_tc_kernel(TcArgs a) {
   __nv_bfloat16* Vs = Ks + 2 * TS;  // 2 buffers
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   const int h = blockIdx.y, kh = h / a.G;
-  const int64_t r0 = int64_t(blockIdx.x) * kTile;
-  const int64_t last = min(r0 + kTile, a.T) - 1;
-  const int64_t ks = seq_start(a.cu, a.n_seqs, r0);
-  const int n_tiles = int((last - ks) / kTile) + 1;
+  const QueryWalk wk = query_walk(a, warp, g);
+  const int64_t r0 = wk.r0, ks = wk.ks, warp_last = wk.warp_last;
+  const int n_tiles = wk.n_tiles;
+  const int64_t* row = wk.row;
+  const int64_t* rstart = wk.rstart;
   const auto* q = static_cast<const __nv_bfloat16*>(a.q);
   const auto* k = static_cast<const __nv_bfloat16*>(a.k);
   const auto* v = static_cast<const __nv_bfloat16*>(a.v);
   const auto* dout = static_cast<const __nv_bfloat16*>(a.dout);
 
-  int64_t row[2], rstart[2];
   float lse2[2], dlt[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    row[i] = r0 + warp * 16 + g + i * 8;
     const bool ok = row[i] < a.T;
-    rstart[i] = ok ? seq_start(a.cu, a.n_seqs, row[i]) : INT64_MAX;
     lse2[i] = ok ? a.lse[int64_t(h) * a.T + row[i]] * kLog2e : 0.f;
     dlt[i] = ok ? a.delta[int64_t(h) * a.T + row[i]] : 0.f;
   }
-  const int64_t warp_last = r0 + warp * 16 + 15;
 
   load_tile<D>(Qs, q, r0, a.T, a.Hq, h);
   load_tile<D>(dOs, dout, r0, a.T, a.Hq, h);
@@ -309,15 +330,7 @@ __global__ void __launch_bounds__(kThreads) attn_dq_tc_kernel(TcArgs a) {
 
   for (int it = 0; it < n_tiles; ++it) {
     const int64_t k0 = ks + int64_t(it) * kTile;
-    if (it + 1 < n_tiles) {
-      const int nb = (it + 1) & 1;
-      load_tile<D>(Ks + nb * TS, k, k0 + kTile, a.T, a.Hkv, kh);
-      load_tile<D>(Vs + nb * TS, v, k0 + kTile, a.T, a.Hkv, kh);
-      cp_commit();
-      cp_wait<1>();
-    } else {
-      cp_wait<0>();
-    }
+    kv_next<D>(a, it, n_tiles, k0, Ks, Vs, kh);
     __syncthreads();
     const __nv_bfloat16* Kt = Ks + (it & 1) * TS;
     const __nv_bfloat16* Vt = Vs + (it & 1) * TS;
