@@ -67,6 +67,11 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
   const int n = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "r"(n));
 }
+// 4 bytes (.ca: 4-byte copies must go through L1); zero-filled when !valid.
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool valid) {
+  const int n = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "r"(n));
+}
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_wait() {
@@ -367,7 +372,7 @@ __global__ void __launch_bounds__(kThreads) attn_dq_tc_kernel(TcArgs a) {
 
 template <int D>
 constexpr size_t dkv_smem() {
-  return size_t(6) * kTile * (D + 8) * sizeof(__nv_bfloat16) + size_t(2) * kTile * (2 * sizeof(float) + sizeof(int64_t));
+  return size_t(6) * kTile * (D + 8) * sizeof(__nv_bfloat16) + size_t(2) * kTile * (2 * sizeof(float) + sizeof(int32_t));
 }
 
 template <int D>
@@ -378,8 +383,8 @@ __global__ void __launch_bounds__(kThreads) attn_dkv_tc_kernel(TcArgs a) {
   __nv_bfloat16* Vs = Ks + TS;
   __nv_bfloat16* Qs = Vs + TS;       // 2 buffers
   __nv_bfloat16* dOs = Qs + 2 * TS;  // 2 buffers
-  int64_t* qst = reinterpret_cast<int64_t*>(dOs + 2 * TS);  // 2 × 64 query sequence starts
-  float* lse2 = reinterpret_cast<float*>(qst + 2 * kTile);  // 2 × 64
+  int32_t* qst = reinterpret_cast<int32_t*>(dOs + 2 * TS);  // 2 × 64 query sequence starts
+  float* lse2 = reinterpret_cast<float*>(qst + 2 * kTile);  // 2 × 64 lse (natural log)
   float* dlt = lse2 + 2 * kTile;                            // 2 × 64
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   const int kh = blockIdx.y;
@@ -405,12 +410,16 @@ __global__ void __launch_bounds__(kThreads) attn_dkv_tc_kernel(TcArgs a) {
     const int64_t q0 = k0 + int64_t(it % n_qt) * kTile;
     load_tile<D>(Qs + buf * TS, q, q0, a.T, a.Hq, h);
     load_tile<D>(dOs + buf * TS, dout, q0, a.T, a.Hq, h);
-    for (int e = threadIdx.x; e < kTile; e += kThreads) {
-      const int64_t i = q0 + e;
+    // Per-query scalars by cp.async too, so no thread stalls on them (zeros past T,
+    // where the mask's qi < T test applies).
+    for (int e = threadIdx.x; e < 3 * kTile; e += kThreads) {
+      const int which = e / kTile, c = e % kTile;
+      const int64_t i = q0 + c;
       const bool ok = i < a.T;
-      qst[buf * kTile + e] = ok ? int64_t(__ldg(a.tok_start + i)) : INT64_MAX;
-      lse2[buf * kTile + e] = ok ? a.lse[int64_t(h) * a.T + i] * kLog2e : 0.f;
-      dlt[buf * kTile + e] = ok ? a.delta[int64_t(h) * a.T + i] : 0.f;
+      const int64_t ii = ok ? i : 0;
+      if (which == 0) cp_async4(qst + buf * kTile + c, a.tok_start + ii, ok);
+      else if (which == 1) cp_async4(lse2 + buf * kTile + c, a.lse + int64_t(h) * a.T + ii, ok);
+      else cp_async4(dlt + buf * kTile + c, a.delta + int64_t(h) * a.T + ii, ok);
     }
   };
   load_tile<D>(Ks, k, k0, a.T, a.Hkv, kh);
@@ -438,7 +447,7 @@ __global__ void __launch_bounds__(kThreads) attn_dkv_tc_kernel(TcArgs a) {
     const int buf = it & 1;
     const __nv_bfloat16* Qt = Qs + buf * TS;
     const __nv_bfloat16* dOt = dOs + buf * TS;
-    const int64_t* qs = qst + buf * kTile;
+    const int32_t* qs = qst + buf * kTile;
     const float* l2 = lse2 + buf * kTile;
     const float* dl = dlt + buf * kTile;
     if (q0 + kTile - 1 >= warp_first) {  // some query of this tile sees some key of the warp
@@ -451,8 +460,8 @@ __global__ void __launch_bounds__(kThreads) attn_dkv_tc_kernel(TcArgs a) {
         for (int e = 0; e < 4; ++e) {
           const int c = j * 8 + 2 * t4 + (e & 1);
           const int64_t qi = q0 + c, kj = key[e >> 1];
-          const bool ok = kj <= qi && qs[c] <= kj;  // qs = INT64_MAX past T
-          const float p = ok ? exp2f(s[j][e] * sl2 - l2[c]) : 0.f;
+          const bool ok = qi < a.T && kj <= qi && int64_t(qs[c]) <= kj;
+          const float p = ok ? exp2f(s[j][e] * sl2 - l2[c] * kLog2e) : 0.f;
           s[j][e] = p;
           dp[j][e] = p * (dp[j][e] - dl[c]);
         }
