@@ -89,6 +89,25 @@ struct AttnArgs {
 
 __device__ __forceinline__ float rescale(float m, float mn) { return m == -INFINITY ? 0.f : expf(m - mn); }
 
+// out[d] (and *lse) from the n partials starting at partial row r0, merged in partition order:
+// the one merge both combine kernels use.
+template <class T>
+__device__ __forceinline__ void merge_partials(T* out, float* lse, const float* part_acc, const float* part_ml,
+                                               int64_t r0, int n, int D) {
+  float M = -INFINITY;
+  for (int s = 0; s < n; ++s) M = fmaxf(M, part_ml[(r0 + s) * 2]);
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float L = 0.f, A = 0.f;
+    for (int s = 0; s < n; ++s) {
+      const float sc = rescale(part_ml[(r0 + s) * 2], M);
+      L += part_ml[(r0 + s) * 2 + 1] * sc;
+      A += part_acc[(r0 + s) * D + d] * sc;
+    }
+    out[d] = from_f32<T>(A / L);
+    if (d == 0 && lse) *lse = M + logf(L);
+  }
+}
+
 constexpr int pow2ceil(int x) {
   int p = 1;
   while (p < x) p <<= 1;
@@ -632,19 +651,8 @@ __global__ void attn_paged_combine_kernel(T* __restrict__ out, float* __restrict
   // completes before it: later kernels on the stream wait for this one only).
   pdl_wait();
   if (n_used <= 1) return;
-  const int64_t r0 = (tl * Hq + h) * n_splits;
-  float M = -INFINITY;
-  for (int s = 0; s < n_used; ++s) M = fmaxf(M, part_ml[(r0 + s) * 2]);
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float L = 0.f, A = 0.f;
-    for (int s = 0; s < n_used; ++s) {
-      const float sc = rescale(part_ml[(r0 + s) * 2], M);
-      L += part_ml[(r0 + s) * 2 + 1] * sc;
-      A += part_acc[(r0 + s) * D + d] * sc;
-    }
-    out[(tok * Hq + h) * D + d] = from_f32<T>(A / L);
-    if (d == 0 && lse) lse[h * T_ + tok] = M + logf(L);
-  }
+  merge_partials(out + (tok * Hq + h) * D, lse ? lse + h * T_ + tok : nullptr, part_acc, part_ml,
+                 (tl * Hq + h) * n_splits, n_used, D);
 }
 
 // Merges the partitions of each (token, head) in partition order: grid (chunk, Hq), D threads.
@@ -653,19 +661,8 @@ __global__ void attn_combine_kernel(T* __restrict__ out, float* __restrict__ lse
                                     const float* __restrict__ part_ml, int64_t T_, int64_t tok0, int Hq, int n_splits,
                                     int D) {
   const int64_t tl = blockIdx.x, h = blockIdx.y;
-  const int64_t r0 = (tl * Hq + h) * n_splits;
-  float M = -INFINITY;
-  for (int s = 0; s < n_splits; ++s) M = fmaxf(M, part_ml[(r0 + s) * 2]);
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float L = 0.f, A = 0.f;
-    for (int s = 0; s < n_splits; ++s) {
-      const float sc = rescale(part_ml[(r0 + s) * 2], M);
-      L += part_ml[(r0 + s) * 2 + 1] * sc;
-      A += part_acc[(r0 + s) * D + d] * sc;
-    }
-    out[((tok0 + tl) * Hq + h) * D + d] = from_f32<T>(A / L);
-    if (d == 0 && lse) lse[h * T_ + tok0 + tl] = M + logf(L);
-  }
+  merge_partials(out + ((tok0 + tl) * Hq + h) * D, lse ? lse + h * T_ + tok0 + tl : nullptr, part_acc, part_ml,
+                 (tl * Hq + h) * n_splits, n_splits, D);
 }
 
 constexpr bool kPagedPdl = true;  // paged combine by programmatic dependent launch
