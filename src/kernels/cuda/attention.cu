@@ -114,7 +114,7 @@ constexpr int pow2ceil(int x) {
   return p;
 }
 
-template <class T, int D, int MG, bool PAGED>
+template <class T, int D, int MG>
 __global__ void __launch_bounds__(kThreads) attn_split_kernel(AttnArgs a) {
   constexpr int VEC = Vec16<T>::n;
   constexpr int NV = D / VEC;            // 16-byte vectors per key row
@@ -134,20 +134,13 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(AttnArgs a) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int dpart = lane % TPK;
 
-  int64_t ctx_len, row0 = 0;
-  const int32_t* table = nullptr;
-  if constexpr (PAGED) {
-    ctx_len = int64_t(a.token_pos[tok]) + 1;
-    table = a.block_table + int64_t(a.token_seq[tok]) * a.max_blocks;
-  } else {
-    int lo = 0, hi = a.n_seqs - 1;  // last s with cu[s] <= tok
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) >> 1;
-      if (a.cu_seqlens[mid] <= tok) lo = mid; else hi = mid - 1;
-    }
-    row0 = a.cu_seqlens[lo];
-    ctx_len = tok - row0 + 1;
+  int lo = 0, hi = a.n_seqs - 1;  // last s with cu[s] <= tok
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (a.cu_seqlens[mid] <= tok) lo = mid; else hi = mid - 1;
   }
+  const int64_t row0 = a.cu_seqlens[lo];
+  const int64_t ctx_len = tok - row0 + 1;
   const int64_t kbeg = int64_t(split) * kPart;
   const int64_t kend = split == a.n_splits - 1 ? ctx_len : min(ctx_len, kbeg + kPart);
   const int64_t prow = (int64_t(blockIdx.x) * a.Hq + qh0) * a.n_splits + split;  // partial row of head qh0
@@ -193,13 +186,7 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(AttnArgs a) {
       const int64_t p = base + u * KPB + kslot;
       valid[u] = p < kend;
       if (valid[u] && dpart < NV) {
-        int64_t row;
-        if constexpr (PAGED) {
-          const int pi = int(p);  // positions < 2^31: 32-bit division
-          row = (int64_t(table[pi / a.block_size]) * a.block_size + pi % a.block_size) * a.Hkv + kh;
-        } else {
-          row = (row0 + p) * a.Hkv + kh;
-        }
+        const int64_t row = (row0 + p) * a.Hkv + kh;
         load_vec(kc + row * D + dpart * VEC, kf[u]);
         load_vec(vc + row * D + dpart * VEC, vf[u]);
       } else {
@@ -687,7 +674,7 @@ void launch_paged_g(Context& ctx, const AttnArgs& a, dim3 grid) {
 template <class T, int D, int MG>
 void launch_split_g(Context& ctx, const AttnArgs& a, dim3 grid, bool paged) {
   if (paged) launch_paged_g<T, D, MG>(ctx, a, grid);
-  else attn_split_kernel<T, D, MG, false><<<grid, kThreads, 0, stream_of(ctx)>>>(a);
+  else attn_split_kernel<T, D, MG><<<grid, kThreads, 0, stream_of(ctx)>>>(a);
 }
 
 // Heads per block by the GQA group size: fewer register-resident heads when G is small.

@@ -149,6 +149,31 @@ __device__ int64_t scan_find(int64_t V, W w, Thr thr_of, bool strict, Shared& sh
   return r;
 }
 
+// Processed logit of id i: −inf when banned, else z / temperature (temp 1: z itself).
+__device__ __forceinline__ float processed(const float* z, int64_t i, float temp, const int32_t* bl, int nb) {
+  const float v = z[i];
+  for (int k = 0; k < nb; ++k)
+    if (bl[k] == i) return -INFINITY;
+  if (v == -INFINITY || temp == 1.f) return v;
+  return v / temp;
+}
+
+// Row r's logits, banned ids and temperature (t_raw <= 0: greedy, processed with temp 1).
+struct SampleRow {
+  const float* z;
+  const int32_t* bl;
+  float t_raw, temp;
+};
+__device__ __forceinline__ SampleRow sample_row(int64_t r, const float* logits, int64_t V, const float* temperature,
+                                                const int32_t* banned, int nb) {
+  SampleRow w;
+  w.z = logits + r * V;
+  w.bl = banned ? banned + r * nb : nullptr;
+  w.t_raw = temperature[r];
+  w.temp = w.t_raw > 0.f ? w.t_raw : 1.f;
+  return w;
+}
+
 __device__ void sample_row_full(
     int64_t r, Shared& sh, const float* __restrict__ logits, int64_t V, const float* __restrict__ temperature,
     const float* __restrict__ top_p, const int32_t* __restrict__ top_k, const float* __restrict__ min_p,
@@ -164,13 +189,7 @@ __device__ void sample_row_full(
   }
   const float t_raw = temperature[r];
   const float temp = t_raw > 0.f ? t_raw : 1.f;
-  auto yv = [&](int64_t i) -> float {
-    const float v = z[i];
-    for (int k = 0; k < nb; ++k)
-      if (bl[k] == i) return -INFINITY;
-    if (v == -INFINITY || temp == 1.f) return v;
-    return v / temp;
-  };
+  auto yv = [&](int64_t i) -> float { return processed(z, i, temp, bl, nb); };
 
   // Raw log-softmax normaliser.
   float m0 = -INFINITY;
@@ -337,13 +356,6 @@ __device__ __forceinline__ bool row_filtered(int64_t r, const float* top_p, cons
   return n_top > 0 || top_k[r] > 0 || top_p[r] < 1.f || min_p[r] > 0.f;
 }
 
-__device__ __forceinline__ float processed(const float* z, int64_t i, float temp, const int32_t* bl, int nb) {
-  const float v = z[i];
-  for (int k = 0; k < nb; ++k)
-    if (bl[k] == i) return -INFINITY;
-  if (v == -INFINITY || temp == 1.f) return v;
-  return v / temp;
-}
 
 // Reduction helpers for 256-thread blocks (8 warps), fixed order.
 struct SplitShared {
@@ -359,10 +371,9 @@ __global__ void __launch_bounds__(kSplitThreads) sample_stats_kernel(
   const int64_t r = blockIdx.y;
   if (row_filtered(r, top_p, top_k, min_p, n_top)) return;
   __shared__ SplitShared sh;
-  const float* z = logits + r * V;
-  const int32_t* bl = banned ? banned + r * nb : nullptr;
-  const float t_raw = temperature[r];
-  const float temp = t_raw > 0.f ? t_raw : 1.f;
+  const SampleRow w = sample_row(r, logits, V, temperature, banned, nb);
+  const float *z = w.z, temp = w.temp;
+  const int32_t* bl = w.bl;
   const int64_t b = int64_t(blockIdx.x) * kChunk, e = min(V, b + kChunk);
   float m0 = -INFINITY, m = -INFINITY;
   int32_t best = INT32_MAX, nv = 0;
@@ -412,10 +423,9 @@ __global__ void __launch_bounds__(kSplitThreads) sample_sums_kernel(
   const int64_t r = blockIdx.y;
   if (row_filtered(r, top_p, top_k, min_p, n_top)) return;
   __shared__ SplitShared sh;
-  const float* z = logits + r * V;
-  const int32_t* bl = banned ? banned + r * nb : nullptr;
-  const float t_raw = temperature[r];
-  const float temp = t_raw > 0.f ? t_raw : 1.f;
+  const SampleRow w = sample_row(r, logits, V, temperature, banned, nb);
+  const float *z = w.z, temp = w.temp;
+  const int32_t* bl = w.bl;
   float m0, m;
   row_maxima(stats + r * n_chunks, n_chunks, &m0, &m);
   const int64_t b = int64_t(blockIdx.x) * kChunk, e = min(V, b + kChunk);
@@ -456,10 +466,9 @@ __global__ void __launch_bounds__(kThreads) sample_finish_kernel(
     return;
   }
   const ChunkStats* st = stats + r * n_chunks;
-  const float* z = logits + r * V;
-  const int32_t* bl = banned ? banned + r * nb : nullptr;
-  const float t_raw = temperature[r];
-  const float temp = t_raw > 0.f ? t_raw : 1.f;
+  const SampleRow w = sample_row(r, logits, V, temperature, banned, nb);
+  const float *z = w.z, t_raw = w.t_raw, temp = w.temp;
+  const int32_t* bl = w.bl;
   float m0, m;
   row_maxima(st, n_chunks, &m0, &m);
   double s0 = 0.0, S = 0.0;
