@@ -7,6 +7,9 @@
 //               layout (Hq 16, Hkv 8, D 128), and a 2048-token prefill in TFLOP/s
 //   gemm        linear_forward bf16: decode-shaped (M = B, weight-read bound, rotating
 //               over 24 weight copies) in GB/s and a training-shaped one in TFLOP/s
+//   small-M     decode GEMMs of Qwen2.5-0.5B and Qwen3-0.6B at M = 64 and 16: cuBLASLt vs
+//               the small-M kernel (linear_small_m.cu) in GB/s of weight bytes, plus a sweep
+//               of its tile configurations (printed after the table, for the heuristic)
 //   logprob     fused LM head + logsumexp forward (2·N·C·V flop) and backward (6·N·C·V)
 //   sampling    sample_tokens on (B, V) f32 logits with and without top-p/top-k
 // Prints a table and writes the JSON of docs/DESIGN §6 (path: argv[1], default
@@ -34,6 +37,7 @@ int main() {
 #include "core/context.h"
 #include "core/tensor.h"
 #include "kernels/attention.h"
+#include "kernels/cuda/linear_small_m.h"
 #include "kernels/linear.h"
 #include "kernels/logprob.h"
 #include "kernels/sampling.h"
@@ -187,7 +191,14 @@ int main(int argc, char** argv) {
     Tensor q = randt(DType::bf16, {T, Hq, D}, 22), out = tensor_empty(Device::cuda, DType::bf16, {T, Hq, D});
     const double ms = time_ms(ctx, [&](int) { cuda::attention_paged(ctx, out, q, kc, vc, m); }, 10, 5);
     const double flop = 4.0 * double(T) * double(T + 1) / 2 * Hq * D;  // QK^T and PV over the causal triangle
-    rows.push_back({"paged attn prefill T=2048 (one sequence)", "TFLOP/s", ms, flop / (ms * 1e9), 0});
+    rows.push_back({"paged attn prefill T=2048 (one sequence), per-token kernel", "TFLOP/s", ms, flop / (ms * 1e9), 0});
+    // The same with the engine's query tiles (64 rows each): the tensor-core prefill kernel.
+    std::vector<int32_t> tiles;
+    for (int32_t r = 0; r < int32_t(T); r += 64) tiles.insert(tiles.end(), {r, 64, 0, r});
+    m.n_prefill_tiles = int(tiles.size() / 4);
+    m.prefill_tiles = dev_ints(tiles, DType::i32, {int64_t(m.n_prefill_tiles), 4});
+    const double ms_tc = time_ms(ctx, [&](int) { cuda::attention_paged(ctx, out, q, kc, vc, m); }, 10, 5);
+    rows.push_back({"paged attn prefill T=2048 (one sequence), query tiles", "TFLOP/s", ms_tc, flop / (ms_tc * 1e9), 0});
   }
 
   // GEMMs: decode-shaped (weight-read bound) and training-shaped (FLOP bound).
@@ -208,6 +219,70 @@ int main(int argc, char** argv) {
     const double ms = time_ms(ctx, [&](int) { cuda::linear_forward(ctx, y, x, w, nullptr, false); });
     const double tf = 2.0 * M * 2 * F * C / (ms * 1e9);
     rows.push_back({"gemm gate_up M=8192 N=9728 K=896 (train)", "TFLOP/s", ms, tf, 0});
+  }
+
+  // Decode GEMMs: cuBLASLt (small-M dispatch off) against the small-M kernel with the
+  // heuristic's configuration, and every (nt, split) of the kernel. Weights rotate over
+  // enough copies (>= 2× the L2) that every call reads them from HBM. GB/s of weight bytes.
+  std::vector<std::string> sweep_lines;
+  {
+    struct GemmShape {
+      const char* name;
+      int64_t N, K;
+      bool bias, accumulate;
+    };
+    const GemmShape shapes[] = {
+        {"Qwen2.5 qkv", 1152, 896, true, false},       {"Qwen2.5 o", 896, 896, false, true},
+        {"Qwen2.5 gate_up", 9728, 896, false, false},  {"Qwen2.5 down", 896, 4864, false, true},
+        {"Qwen2.5 lm_head", 151936, 896, false, false}, {"Qwen3 qkv", 4096, 1024, false, false},
+        {"Qwen3 o", 1024, 2048, false, true},          {"Qwen3 gate_up", 6144, 1024, false, false},
+        {"Qwen3 down", 1024, 3072, false, true}};
+    const bool was_enabled = cuda::small_m_gemm_enabled();
+    for (const GemmShape& gs : shapes) {
+      const double wbytes = double(gs.N) * double(gs.K) * 2;
+      const int64_t copies = std::min<int64_t>(64, std::max<int64_t>(1, int64_t(2.0 * prop.l2CacheSize / wbytes) + 1));
+      std::vector<Tensor> ws;
+      const Tensor w0 = randt(DType::bf16, {gs.N, gs.K}, 300, 0.05f);
+      ws.push_back(w0);
+      for (int64_t i = 1; i < copies; ++i) ws.push_back(clone(w0));
+      const Tensor bias = randt(DType::bf16, {gs.N}, 301);
+      const cuda::SmallMConfig h = cuda::small_m_config(gs.N, gs.K);
+      for (int64_t M : {int64_t(64), int64_t(16)}) {
+        Tensor x = randt(DType::bf16, {M, gs.K}, 302), y = randt(DType::bf16, {M, gs.N}, 303);
+        const Tensor* b = gs.bias ? &bias : nullptr;
+        const std::string tag = std::string("gemm ") + gs.name + " M=" + std::to_string(M) + " N=" +
+                                std::to_string(gs.N) + " K=" + std::to_string(gs.K);
+        cuda::set_small_m_gemm_enabled(false);
+        const double lt_ms = time_ms(ctx, [&](int i) { cuda::linear_forward(ctx, y, x, ws[size_t(i) % ws.size()], b, gs.accumulate); });
+        cuda::set_small_m_gemm_enabled(was_enabled);
+        auto small = [&](cuda::SmallMConfig c) {
+          return time_ms(ctx, [&](int i) {
+            if (!cuda::linear_small_m(ctx, y, x, ws[size_t(i) % ws.size()], b, gs.accumulate, c)) {
+              std::fprintf(stderr, "linear_small_m declined %s\n", tag.c_str());
+              std::exit(1);
+            }
+          });
+        };
+        const double sm_ms = small({});
+        const int64_t ctas = (gs.N + h.nt - 1) / h.nt * h.split;
+        rows.push_back({tag + " cuBLASLt", "GB/s", lt_ms, wbytes / (lt_ms * 1e6), copy_gbs});
+        rows.push_back({tag + " small-M nt=" + std::to_string(h.nt) + " split=" + std::to_string(h.split) + " (" +
+                            std::to_string(ctas) + " CTAs)",
+                        "GB/s", sm_ms, wbytes / (sm_ms * 1e6), copy_gbs});
+        char line[256];
+        std::snprintf(line, sizeof line, "%-44s cuBLASLt %7.2f us | heuristic nt=%d split=%d %7.2f us |", tag.c_str(),
+                      lt_ms * 1e3, h.nt, h.split, sm_ms * 1e3);
+        std::string l = line;
+        for (int nt : {64, 128})
+          for (int split : {1, 2, 4, 8}) {
+            const double ms = small({nt, split});
+            std::snprintf(line, sizeof line, " %d/%d %.2f", nt, split, ms * 1e3);
+            l += line;
+          }
+        sweep_lines.push_back(l);
+      }
+    }
+    cuda::set_small_m_gemm_enabled(was_enabled);
   }
 
   // Fused logprob forward/backward.
@@ -249,10 +324,12 @@ int main(int argc, char** argv) {
   }
 
   std::printf("device: %s (%d SMs, L2 %d MB)\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
-  std::printf("%-48s %10s %12s %-16s %8s\n", "kernel", "ms", "value", "unit", "of ceil");
+  std::printf("%-76s %10s %12s %-16s %8s\n", "kernel", "ms", "value", "unit", "of ceil");
   for (const Row& r : rows)
-    std::printf("%-48s %10.4f %12.1f %-16s %8s\n", r.name.c_str(), r.ms, r.value, r.unit.c_str(),
+    std::printf("%-76s %10.4f %12.1f %-16s %8s\n", r.name.c_str(), r.ms, r.value, r.unit.c_str(),
                 r.ceiling > 0 ? (std::to_string(int(100.0 * r.value / r.ceiling + 0.5)) + "%").c_str() : "-");
+  std::printf("\nsmall-M GEMM sweep (us per call; nt/split of linear_small_m; results differ in bits only across splits):\n");
+  for (const std::string& l : sweep_lines) std::printf("%s\n", l.c_str());
 
   std::time_t now = std::time(nullptr);
   char date[32];

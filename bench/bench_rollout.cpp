@@ -3,8 +3,9 @@
 // equals that of real weights.
 //   grpo      : 8 prompts x 8 samples, prompt 128, 512 new tokens (one GRPO step)
 //   nanovllm  : 256 sequences, prompt and output lengths uniform in 100..1024
-// Prints tokens/s, peak device memory and the weight-read floor
-// (weight bytes x decode steps / measured copy bandwidth), and writes
+// Prints tokens/s, peak device memory, the weight-read floor (weight bytes x decode
+// steps / measured copy bandwidth) and the floor with the decode steps' KV-cache reads
+// added (each generated token reads its sequence's whole context once), and writes
 // bench/results/rollout-<preset>-<workload>.json (DESIGN.md section 6). The peer
 // (transformers generate) is run by bench/run_gpu_bench.sh in the same call and
 // merged by bench/merge_peer.py.
@@ -161,10 +162,22 @@ int main(int argc, char** argv) {
   double weight_bytes = double(w.arena.nbytes());
   int max_out = *std::max_element(out_lens.begin(), out_lens.end());
   double floor_s = bw > 0 ? weight_bytes * max_out / bw : 0;
-  std::printf("| preset | workload | device | seqs | generated tok | time s | tok/s | floor s | x floor | peak GiB |\n");
-  std::printf("| %s | %s | %s %s | %zu | %lld | %.3f | %.0f | %.3f | %.2f | %.2f |\n", preset.c_str(),
+  // Decode also reads every sequence's KV cache once per step: the token generated i-th
+  // (i >= 2; the first comes from the prefill) attends to prompt + i - 1 positions.
+  const double kv_per_token = double(cfg->n_layers) * 2.0 * cfg->kv_dim() * double(dtype_size(dt));
+  double kv_read_bytes = 0;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    const double P = double(prompts[p].size()), O = double(out_lens[p]);
+    kv_read_bytes += n_per_prompt * kv_per_token * ((O - 1) * P + (O - 1) * O / 2.0);
+  }
+  const double kv_floor_s = bw > 0 ? (weight_bytes * max_out + kv_read_bytes) / bw : 0;
+  std::printf(
+      "| preset | workload | device | seqs | generated tok | time s | tok/s | floor s | x floor | floor+KV s | "
+      "x floor+KV | peak GiB |\n");
+  std::printf("| %s | %s | %s %s | %zu | %lld | %.3f | %.0f | %.3f | %.2f | %.3f | %.2f | %.2f |\n", preset.c_str(),
               workload.c_str(), device.c_str(), dtype.c_str(), prompts.size() * size_t(n_per_prompt),
-              (long long)gen, secs, gen / secs, floor_s, floor_s > 0 ? secs / floor_s : 0.0, peak / 1073741824.0);
+              (long long)gen, secs, gen / secs, floor_s, floor_s > 0 ? secs / floor_s : 0.0, kv_floor_s,
+              kv_floor_s > 0 ? secs / kv_floor_s : 0.0, peak / 1073741824.0);
   nlohmann::json j = {
       {"bench", "rollout"},
       {"date", today()},
@@ -179,7 +192,8 @@ int main(int argc, char** argv) {
         {"tokens_per_s", gen / secs}, {"prefix_hit_tokens", after.prefix_hit_tokens - before.prefix_hit_tokens},
         {"preemptions", after.preemptions - before.preemptions}, {"peak_device_bytes", peak},
         {"weight_bytes", weight_bytes}, {"copy_bw_bytes_per_s", bw}, {"weight_read_floor_s", floor_s},
-        {"ratio_to_floor", floor_s > 0 ? secs / floor_s : 0.0}}}};
+        {"ratio_to_floor", floor_s > 0 ? secs / floor_s : 0.0}, {"kv_read_bytes", kv_read_bytes},
+        {"weight_and_kv_floor_s", kv_floor_s}, {"ratio_to_weight_and_kv_floor", kv_floor_s > 0 ? secs / kv_floor_s : 0.0}}}};
   std::string path = out_dir + "/rollout-" + preset + "-" + workload + ".json";
   std::ofstream(path) << j.dump(2) << "\n";
   std::printf("wrote %s\n", path.c_str());

@@ -81,6 +81,7 @@ ModelRunner::ModelRunner(Context& ctx, const ModelWeights& w, const ModelRunnerO
   d_slots_ = tensor_zeros(dev, DType::i32, {max_T_});
   d_block_table_ = tensor_zeros(dev, DType::i32, {opt.max_num_seqs, max_blocks_per_seq_});
   d_logit_rows_ = tensor_zeros(dev, DType::i32, {opt.max_num_seqs});
+  d_prefill_tiles_ = tensor_zeros(dev, DType::i32, {max_T_, 4});
   d_logits_ = tensor_zeros(dev, DType::f32, {opt.max_num_seqs, cfg.vocab_size});
   const int64_t N = opt.max_num_seqs;
   d_rows_.temperature = tensor_zeros(dev, DType::f32, {N});
@@ -116,13 +117,16 @@ ForwardBatch ModelRunner::batch_view(int T, int S, int R, int max_context) {
   b.attn.slot_mapping = d_slots_.slice0(0, T);
   b.attn.block_size = opt_.block_size;
   b.attn.max_context = max_context;
+  b.attn.n_prefill_tiles = n_prefill_tiles_;
+  if (n_prefill_tiles_ > 0) b.attn.prefill_tiles = d_prefill_tiles_.slice0(0, n_prefill_tiles_);
   b.logit_rows = d_logit_rows_.slice0(0, R);
   return b;
 }
 
 // Host-side batch for the step, padded with dummy decode rows up to padded_T
-// (graph replays); uploads it. Returns through members.
-void ModelRunner::fill_inputs(const SchedulerOutput& step, int padded_T) {
+// (graph replays); uploads it. Returns through members. With allow_prefill_tiles
+// (eager steps only) a mostly-prefill step also gets its query tile list.
+void ModelRunner::fill_inputs(const SchedulerOutput& step, int padded_T, bool allow_prefill_tiles) {
   const int bs = opt_.block_size, MB = max_blocks_per_seq_;
   const int S = int(step.seqs.size());
   h_tokens_.clear();
@@ -163,6 +167,35 @@ void ModelRunner::fill_inputs(const SchedulerOutput& step, int padded_T) {
   upload(ctx_, d_slots_, h_slots_, padded_T);
   upload(ctx_, d_block_table_, h_block_table_, int64_t(S_pad) * MB);
   upload(ctx_, d_logit_rows_, h_logit_rows_, int64_t(h_logit_rows_.size()));
+
+  // Prefill tiles (PagedAttnMeta::prefill_tiles) when at least half of the real tokens
+  // belong to sequences with n_new > 1: each sequence's rows (a contiguous run at
+  // positions n_computed ..) cut into runs of up to kPrefillTile rows; a one-token
+  // sequence is a one-row tile. Decode-heavy steps keep the per-token kernel, which
+  // splits long contexts over more blocks than one tile per row could. Tiles are ordered
+  // by descending key count (the kernel's work per tile), so the longest start first and
+  // the short ones fill the tail of the launch; outputs do not depend on the order.
+  constexpr int kPrefillTile = 64;  // the tensor-core kernel's query tile height
+  n_prefill_tiles_ = 0;
+  if (!allow_prefill_tiles || padded_T != T || T == 0) return;
+  int prefill_tokens = 0;
+  for (const ScheduledSeq& ss : step.seqs)
+    if (ss.n_new > 1) prefill_tokens += ss.n_new;
+  if (2 * prefill_tokens < T) return;
+  h_tiles_.clear();
+  int row0 = 0;
+  for (int s = 0; s < S; ++s) {
+    const ScheduledSeq& ss = step.seqs[size_t(s)];
+    for (int i = 0; i < ss.n_new; i += kPrefillTile)
+      h_tiles_.push_back({row0 + i, std::min(kPrefillTile, ss.n_new - i), s, ss.seq->n_computed + i});
+    row0 += ss.n_new;
+  }
+  GRPO_CHECK_MSG(row0 == T && int(h_tiles_.size()) <= max_T_, "ModelRunner: prefill tiles must cover the step's rows");
+  std::stable_sort(h_tiles_.begin(), h_tiles_.end(), [](const auto& a, const auto& b) { return a[3] + a[1] > b[3] + b[1]; });
+  h_prefill_tiles_.clear();
+  for (const auto& t : h_tiles_) h_prefill_tiles_.insert(h_prefill_tiles_.end(), t.begin(), t.end());
+  n_prefill_tiles_ = int(h_tiles_.size());
+  upload(ctx_, d_prefill_tiles_, h_prefill_tiles_, int64_t(h_prefill_tiles_.size()));
 }
 
 void ModelRunner::run_forward(const SchedulerOutput& step) {
@@ -174,13 +207,13 @@ void ModelRunner::run_forward(const SchedulerOutput& step) {
     for (int b : opt_.graph_batch_sizes)
       if (b >= S && graphs_->has(b)) { B = b; break; }
     if (B > 0) {
-      fill_inputs(step, B);
+      fill_inputs(step, B, false);
       graphs_->launch(B);
       ++n_graph_replays_;
       return;
     }
   }
-  fill_inputs(step, T);
+  fill_inputs(step, T, true);
   int max_context = 0;
   for (int t = 0; t < T; ++t) max_context = std::max(max_context, h_positions_[size_t(t)] + 1);
   ForwardBatch batch = batch_view(T, S, R, max_context);
@@ -192,7 +225,7 @@ void ModelRunner::capture_graphs() {
   SchedulerOutput empty;
   for (int B : opt_.graph_batch_sizes) {
     if (B > max_T_) break;
-    fill_inputs(empty, B);  // all rows dummy: nothing is written to the cache
+    fill_inputs(empty, B, false);  // all rows dummy: nothing is written to the cache; no tiles
     ForwardBatch batch = batch_view(B, B, B, opt_.graph_max_context);
     Tensor logits = d_logits_.slice0(0, B);
     const bool ok = graphs_->capture(B, [&] { transformer_forward(ctx_, w_, cache_, rope_, batch, scratch_, logits); });

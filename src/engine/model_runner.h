@@ -10,7 +10,11 @@
 // read); their logits are ignored. Graphs are captured with max_context =
 // graph_max_context (attention's split count is baked into the graph), so longer
 // decode steps run eagerly. Sampling runs eagerly after the forward.
+// Eager steps that are mostly prefill also get a list of query tiles (up to 64 rows of
+// one sequence each, PagedAttnMeta::prefill_tiles), which lets the CUDA backend run its
+// tensor-core prefill attention; decode-heavy steps and graph batches never carry one.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -72,7 +76,7 @@ class ModelRunner {
   int64_t n_graph_replays() const { return n_graph_replays_; }
 
  private:
-  void fill_inputs(const SchedulerOutput& step, int padded_T);
+  void fill_inputs(const SchedulerOutput& step, int padded_T, bool allow_prefill_tiles);
   ForwardBatch batch_view(int T, int S, int R, int max_context);
   void run_forward(const SchedulerOutput& step);
   void sample(const std::vector<RowSampling>& rows, std::vector<SampledRow>& out);
@@ -88,6 +92,8 @@ class ModelRunner {
   ForwardScratch scratch_;
   // Persistent step inputs on the device: (max_T) i32 each, block table (max_seqs, max_blocks_per_seq).
   Tensor d_tokens_, d_positions_, d_token_seq_, d_slots_, d_block_table_, d_logit_rows_;
+  Tensor d_prefill_tiles_;   // (max_T, 4) i32: the step's prefill tiles (each has >= 1 row, so <= max_T)
+  int n_prefill_tiles_ = 0;  // tiles of the step last filled (0: none)
   Tensor d_logits_;  // (max_seqs, V) f32
   // Persistent sampling buffers (max_seqs rows); banned and top-n are flat and grow on demand.
   SamplingRows d_rows_;
@@ -95,6 +101,8 @@ class ModelRunner {
   int banned_cap_ = 0, top_cap_ = 0;
   // Host staging.
   std::vector<int32_t> h_tokens_, h_positions_, h_token_seq_, h_slots_, h_block_table_, h_logit_rows_;
+  std::vector<std::array<int32_t, 4>> h_tiles_;  // (row0, n_rows, seq, pos0)
+  std::vector<int32_t> h_prefill_tiles_;         // h_tiles_ flattened for the upload
   std::unique_ptr<DecodeGraphs> graphs_;
   int64_t n_graph_replays_ = 0;
 };

@@ -4,7 +4,10 @@
 // - paged (engine): keys/values live in a block pool; each query token says
 //   which sequence it belongs to and its absolute position, and attends to
 //   keys at positions 0..pos of that sequence. Prefill, chunked prefill and
-//   decode all go through it.
+//   decode all go through it. Steps that are mostly prefill may also carry a
+//   tile list (prefill_tiles): then the CUDA backend runs a tensor-core kernel
+//   over 64-row query tiles (bf16, head dim 64/128) instead of the per-token
+//   kernel; the CPU backend ignores it.
 #pragma once
 #include <vector>
 
@@ -25,6 +28,13 @@ struct PagedAttnMeta {
   Tensor slot_mapping; // (T) i32: block·block_size + offset where the token's k/v are written
   int block_size = 16;
   int max_context = 0; // max over tokens of token_pos + 1 (for kernel sizing)
+  // Optional query tiles for the tensor-core prefill kernel (CUDA, bf16, head dim 64/128).
+  // Tile i = (row0, n_rows, seq, pos0): rows row0 .. row0+n_rows-1 of q/out (1 <= n_rows
+  // <= 64) are consecutive tokens of one sequence (row `seq` of block_table) at positions
+  // pos0 .. pos0+n_rows-1. The tiles must cover every row of q exactly once, in any order;
+  // token_seq/token_pos must agree with them. n_prefill_tiles = 0: no tile list.
+  Tensor prefill_tiles;  // (n, 4) i32 on the device, n >= n_prefill_tiles
+  int n_prefill_tiles = 0;
 };
 
 }  // namespace grpo

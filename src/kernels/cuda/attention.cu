@@ -51,12 +51,14 @@
 //   max_context stays correct.
 // kv_cache_write copies token rows into their slots (slot < 0: padding, skipped).
 #include "kernels/attention.h"
+#include "kernels/cuda/attention_decode.cuh"
 #include "kernels/cuda/attention_tc.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <type_traits>
 
 namespace grpo::cuda {
 
@@ -304,19 +306,6 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
-// Programmatic dependent launch (sm_90): the dependent grid may start once every block
-// of this grid has triggered (or exited); it waits for this grid's memory with pdl_wait.
-__device__ __forceinline__ void pdl_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-
 // Loads N consecutive elements (N·sizeof(T) = 16 or 8 bytes, aligned) as f32.
 template <int N>
 __device__ __forceinline__ void load_piece(const float* p, float* f) {
@@ -631,6 +620,7 @@ __global__ void attn_paged_combine_kernel(T* __restrict__ out, float* __restrict
                                           const float* __restrict__ part_acc, const float* __restrict__ part_ml,
                                           const int32_t* __restrict__ token_pos, int64_t T_, int64_t tok0, int Hq,
                                           int n_splits, int D, int KP) {
+  pdl_trigger();
   const int64_t tl = blockIdx.x, h = blockIdx.y, tok = tok0 + tl;
   const int ctx_len = token_pos[tok] + 1;  // written before the split kernel: no wait needed
   const int n_used = min(n_splits, (ctx_len + KP - 1) / KP);
@@ -652,7 +642,6 @@ __global__ void attn_combine_kernel(T* __restrict__ out, float* __restrict__ lse
                  (tl * Hq + h) * n_splits, n_splits, D);
 }
 
-constexpr bool kPagedPdl = true;  // paged combine by programmatic dependent launch
 
 template <class T, int D, int MG>
 void launch_paged_g(Context& ctx, const AttnArgs& a, dim3 grid) {
@@ -705,19 +694,8 @@ void launch_split(Context& ctx, AttnArgs a, int64_t n_tok, bool paged) {
   }
   CUDA_CHECK_LAUNCH();
   if (a.n_splits > 1 && paged) {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(unsigned(n_tok), unsigned(a.Hq));
-    cfg.blockDim = dim3(unsigned(D));
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = stream_of(ctx);
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = kPagedPdl ? 1 : 0;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, attn_paged_combine_kernel<T>, static_cast<T*>(a.out), a.lse,
-                                  static_cast<const float*>(a.part_acc), static_cast<const float*>(a.part_ml),
-                                  a.token_pos, a.T, a.tok0, a.Hq, a.n_splits, D, paged_part<T, D>()));
+    launch_paged_combine(ctx, std::is_same_v<T, float> ? DType::f32 : DType::bf16, a.out, a.part_acc, a.part_ml,
+                         a.token_pos, a.T, a.tok0, n_tok, a.Hq, a.n_splits, D, paged_part<T, D>());
   } else if (a.n_splits > 1) {
     attn_combine_kernel<T><<<dim3(unsigned(n_tok), unsigned(a.Hq)), D, 0, stream_of(ctx)>>>(
         static_cast<T*>(a.out), a.lse, a.part_acc, a.part_ml, a.T, a.tok0, a.Hq, a.n_splits, D);
@@ -790,6 +768,16 @@ __global__ void kv_write_scalar_kernel(T* __restrict__ kc, T* __restrict__ vc, c
 }
 
 }  // namespace
+
+void launch_paged_combine(Context& ctx, DType dt, void* out, const float* part_acc, const float* part_ml,
+                          const int32_t* token_pos, int64_t T_, int64_t tok0, int64_t n_tok, int Hq, int n_splits,
+                          int D, int part_len) {
+  GRPO_DISPATCH_FLOAT(dt, T, {
+    launch_pdl(ctx, attn_paged_combine_kernel<T>, dim3(unsigned(n_tok), unsigned(Hq)), dim3(unsigned(D)), 0,
+               static_cast<T*>(out), static_cast<float*>(nullptr), part_acc, part_ml, token_pos, T_, tok0, Hq,
+               n_splits, D, part_len);
+  });
+}
 
 void attention_forward(Context& ctx, Tensor& out, Tensor* lse, const Tensor& q, const Tensor& k, const Tensor& v,
                        const AttnVarlen& meta) {
@@ -868,6 +856,25 @@ void attention_paged(Context& ctx, Tensor& out, const Tensor& q, const Tensor& k
   GRPO_CHECK_MSG(meta.token_seq.numel() == q.shape[0] && meta.token_pos.numel() == q.shape[0],
                  "attention_paged: token_seq/token_pos must be (T)");
   GRPO_CHECK_MSG(aligned16(q.data) && aligned16(k_cache.data) && aligned16(v_cache.data), "attention_paged: alignment");
+  if (meta.n_prefill_tiles > 0 && attention_tc_supported(q.dtype, int(q.shape[2]))) {
+    // A mostly-prefill step with the runner's query tiles: the tensor-core kernel
+    // (attention_tc.cu); the tiles cover every row of q once.
+    const Tensor& tl = meta.prefill_tiles;
+    GRPO_CHECK_MSG(tl.dtype == DType::i32 && tl.ndim == 2 && tl.shape[1] == 4 && tl.shape[0] >= meta.n_prefill_tiles &&
+                       tl.device == Device::cuda,
+                   "attention_paged: prefill_tiles must be (>= n_prefill_tiles, 4) i32 on the device");
+    GRPO_CHECK_MSG(meta.n_prefill_tiles <= q.shape[0], "attention_paged: more prefill tiles than query rows");
+    PagedTcArgs t{};
+    t.q = q.data; t.out = out.data; t.k_cache = k_cache.data; t.v_cache = v_cache.data;
+    t.block_table = meta.block_table.ptr<int32_t>();
+    t.tiles = tl.ptr<int32_t>();
+    t.n_tiles = meta.n_prefill_tiles;
+    t.max_blocks = int(meta.block_table.shape[1]);
+    t.block_size = int(k_cache.shape[1]);
+    t.Hq = int(q.shape[1]); t.Hkv = int(k_cache.shape[2]); t.G = t.Hkv > 0 ? t.Hq / t.Hkv : 0; t.D = int(q.shape[2]);
+    t.scale = 1.f / std::sqrt(float(t.D));
+    if (attention_paged_prefill_tc(ctx, t, q.dtype)) return;
+  }
   AttnArgs a{};
   a.q = q.data;
   a.out = out.data;
@@ -882,6 +889,7 @@ void attention_paged(Context& ctx, Tensor& out, const Tensor& q, const Tensor& k
   a.Hq = int(q.shape[1]);
   a.Hkv = int(k_cache.shape[2]);
   a.scale = 1.f / std::sqrt(float(q.shape[2]));
+  if (attention_paged_decode_tc(ctx, out, q, k_cache, v_cache, meta)) return;  // bf16, D 64/128
   run_split(ctx, a, q.dtype, int(q.shape[2]), meta.max_context, true);
 }
 

@@ -1,4 +1,5 @@
-// Tensor-core causal GQA attention for packed training batches (bf16, head dim 64 or 128):
+// Tensor-core causal GQA attention for packed training batches and for the engine's prefill
+// over the paged KV cache (bf16, head dim 64 or 128):
 // FlashAttention-2-shaped forward, dq and dk/dv kernels on mma.sync m16n8k16 (bf16 in,
 // f32 accumulate), deterministic (every output element is owned by one thread and summed
 // in a fixed order; no atomics). Definitions as in cpu/attention.cpp (s = 1/sqrt(D)):
@@ -11,16 +12,24 @@
 //   forward: block = (64 query tokens, one query head); walks key tiles from the start of
 //            its first row's sequence up to its last row; online softmax in the exp2
 //            domain; K/V tiles double-buffered through cp.async; writes out and lse.
+//   paged prefill (attention_paged with PagedAttnMeta::prefill_tiles): block = (one tile of
+//            up to 64 consecutive query rows of one sequence, one query head); the same key
+//            walk and softmax (fwd_walk, shared with the forward), over key positions 0 ..
+//            of the sequence, whose K/V rows are gathered through the block table
+//            (load_rows with a paged row-offset functor); writes out only.
 //   dq:      block = (64 query tokens, one query head); same walk; recomputes P from lse,
 //            dP = dO·Vᵀ, dS, and accumulates dq += dS·K.
 //   dk/dv:   block = (64 key tokens, one kv head); walks the group's query heads and the
 //            query tiles from its first key to the end of its last key's sequence;
 //            computes Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, accumulates dv += Pᵀ·dO and dk += dSᵀ·Q.
 // Shared-memory rows are padded by 16 bytes so ldmatrix reads are free of bank conflicts.
-// The engine's paged attention (attention.cu) computes the same function with CUDA-core
-// arithmetic in a different order, so rollout and training outputs agree to bf16 rounding
-// (not bit for bit); see docs/ARCHITECTURE.md.
+// The engine's per-token paged attention (attention.cu: decode, and prefill without a tile
+// list) computes the same function with CUDA-core arithmetic in a different order, and the
+// paged prefill kernel here walks keys from position 0 rather than packed 64-row tiles, so
+// rollout and training outputs agree to bf16 rounding (not bit for bit); see
+// docs/ARCHITECTURE.md.
 #include "kernels/cuda/attention_tc.cuh"
+#include "kernels/cuda/mma.cuh"
 
 #include <cmath>
 
@@ -28,69 +37,81 @@ namespace grpo::cuda {
 
 namespace {
 
+using namespace tc;
+
 constexpr int kThreads = 128;
 constexpr int kTile = 64;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void ldsm4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
-}
-
-__device__ __forceinline__ void ldsm4_t(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_u32(p)));
-}
-
-// c += a·b for one m16n8k16 tile (a: 4 regs, b: 2 regs of packed bf16 pairs).
-__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-  const int n = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "r"(n));
-}
 // 4 bytes (.ca: 4-byte copies must go through L1); zero-filled when !valid.
 __device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool valid) {
   const int n = valid ? 4 : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "r"(n));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(tc::smem_u32(smem)), "l"(gmem), "r"(n));
 }
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+
+// The 64 rows of N padded smem tiles (row stride D + 8) from N tensors that share one row
+// layout: tile row r of tensor i is the D contiguous values at src[i] + off(r), or zeros
+// where off(r) < 0 (no global read then: the cp.async source size is 0). off is the only
+// thing that differs between the packed loader (row r0 + r of a (T, H, D) tensor) and the
+// paged one (key position k0 + r through the block table), and it is evaluated once per
+// thread and row for all N tensors, so the paged K and V tiles share one block-table
+// lookup. Thread x copies the 16-byte chunks x, x + 128, ... (The packed loader issues K
+// and V as two N = 1 calls: loading them together costs the training forward ~20
+// registers for no gain, since its row offsets are plain arithmetic.)
+template <int D, int N, class RowOff>
+__device__ __forceinline__ void load_rows(__nv_bfloat16* const (&dst)[N], const __nv_bfloat16* const (&src)[N],
+                                          RowOff off) {
+  constexpr int CPR = D / 8;  // 16-byte chunks per row
+  constexpr int LD = D + 8;
+  static_assert(kTile * CPR % kThreads == 0, "load_rows: every thread copies the same number of chunks");
+  for (int e = threadIdx.x; e < kTile * CPR; e += kThreads) {
+    const int r = e / CPR, c = e % CPR;
+    const int64_t o = off(r);
+    const bool ok = o >= 0;
+#pragma unroll
+    for (int i = 0; i < N; ++i) cp_async16(dst[i] + r * LD + c * 8, src[i] + (ok ? o : 0) + c * 8, ok);
+  }
+}
+
+// load_rows with every row offset of this thread computed before the first copy: for offsets
+// that need a global read (the paged block-table lookup), which could not be moved above an
+// earlier cp.async (the copies are memory-ordering asm statements), so the lookups of one
+// thread's rows are in flight together instead of one per copy.
+template <int D, int N, class RowOff>
+__device__ __forceinline__ void load_rows_hoisted(__nv_bfloat16* const (&dst)[N], const __nv_bfloat16* const (&src)[N],
+                                                  RowOff off) {
+  constexpr int CPR = D / 8;
+  constexpr int LD = D + 8;
+  constexpr int kPer = kTile * CPR / kThreads;
+  static_assert(kTile * CPR % kThreads == 0 && kThreads % CPR == 0, "load_rows_hoisted: fixed chunk column");
+  const int c = threadIdx.x % CPR, r0 = threadIdx.x / CPR;
+  int64_t o[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) o[j] = off(r0 + j * (kThreads / CPR));
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int r = r0 + j * (kThreads / CPR);
+    const bool ok = o[j] >= 0;
+#pragma unroll
+    for (int i = 0; i < N; ++i) cp_async16(dst[i] + r * LD + c * 8, src[i] + (ok ? o[j] : 0) + c * 8, ok);
+  }
+}
+
+// Row offset of packed row r0 + r of a (T, H, D) tensor at head h; -1 (zeros) past T.
+template <int D>
+__device__ __forceinline__ auto packed_rows(int64_t r0, int64_t T, int H, int h) {
+  return [=](int r) {
+    const int64_t row = r0 + r;
+    return row < T ? (row * H + h) * D : int64_t(-1);
+  };
 }
 
 // Rows [r0, r0+64) of a (T, H, D) tensor at head h into a padded smem tile (zeros past T).
 template <int D>
 __device__ __forceinline__ void load_tile(__nv_bfloat16* dst, const __nv_bfloat16* src, int64_t r0, int64_t T, int H,
                                           int h) {
-  constexpr int CPR = D / 8;  // 16-byte chunks per row
-  constexpr int LD = D + 8;
-  for (int e = threadIdx.x; e < kTile * CPR; e += kThreads) {
-    const int r = e / CPR, c = e % CPR;
-    const int64_t row = r0 + r;
-    const bool ok = row < T;
-    const __nv_bfloat16* g = src + ((ok ? row : 0) * H + h) * D + c * 8;
-    cp_async16(dst + r * LD + c * 8, g, ok);
-  }
+  load_rows<D, 1>({dst}, {src}, packed_rows<D>(r0, T, H, h));
 }
 
 // First token of the sequence holding packed token t (t < T).
@@ -115,8 +136,8 @@ __device__ __forceinline__ void tile_qkT(float (&s)[8][4], const __nv_bfloat16* 
       uint32_t b[4];
       const int mi = lane >> 3;
       ldsm4(b, B + (np * 16 + (lane & 7) + (mi >> 1) * 8) * LD + kk * 16 + (mi & 1) * 8);
-      mma(s[2 * np], a, b[0], b[1]);
-      mma(s[2 * np + 1], a, b[2], b[3]);
+      mma16816(s[2 * np], a, b[0], b[1]);
+      mma16816(s[2 * np + 1], a, b[2], b[3]);
     }
   }
 }
@@ -138,8 +159,8 @@ __device__ __forceinline__ void tile_pv(float (&acc)[D / 8][4], const float (&p)
       uint32_t b[4];
       const int mi = lane >> 3;
       ldsm4_t(b, B + (kk * 16 + (lane & 7) + (mi & 1) * 8) * LD + dp * 16 + (mi >> 1) * 8);
-      mma(acc[2 * dp], a, b[0], b[1]);
-      mma(acc[2 * dp + 1], a, b[2], b[3]);
+      mma16816(acc[2 * dp], a, b[0], b[1]);
+      mma16816(acc[2 * dp + 1], a, b[2], b[3]);
     }
   }
 }
@@ -168,15 +189,12 @@ __device__ __forceinline__ QueryWalk query_walk(const TcArgs& a, int warp, int g
   return w;
 }
 
-// Double-buffered K/V: issues tile it+1 (if any) and waits for tile it.
-template <int D>
-__device__ __forceinline__ void kv_next(const TcArgs& a, int it, int n_tiles, int64_t k0, __nv_bfloat16* Ks,
-                                        __nv_bfloat16* Vs, int kh) {
-  constexpr int TS = kTile * (D + 8);
+// Double-buffered K/V: issue(j) issues the cp.async copies of key tile j into buffer j & 1;
+// kv_next issues tile it+1 (if any) and waits for tile it.
+template <class Issue>
+__device__ __forceinline__ void kv_next(int it, int n_tiles, const Issue& issue) {
   if (it + 1 < n_tiles) {
-    const int nb = (it + 1) & 1;
-    load_tile<D>(Ks + nb * TS, static_cast<const __nv_bfloat16*>(a.k), k0 + kTile, a.T, a.Hkv, kh);
-    load_tile<D>(Vs + nb * TS, static_cast<const __nv_bfloat16*>(a.v), k0 + kTile, a.T, a.Hkv, kh);
+    issue(it + 1);
     cp_commit();
     cp_wait<1>();
   } else {
@@ -184,43 +202,55 @@ __device__ __forceinline__ void kv_next(const TcArgs& a, int it, int n_tiles, in
   }
 }
 
+// Key tile j of a packed walk from key ks: rows ks + 64·j .. of k and v at kv head kh.
 template <int D>
-constexpr size_t fwd_smem() {
-  return size_t(5) * kTile * (D + 8) * sizeof(__nv_bfloat16);
-}
-
-template <int D>
-__global__ void __launch_bounds__(kThreads) attn_fwd_tc_kernel(TcArgs a) {
-  constexpr int LD = D + 8, TS = kTile * LD;
-  extern __shared__ __align__(16) unsigned char smraw[];
-  __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smraw);
-  __nv_bfloat16* Ks = Qs + TS;      // 2 buffers
-  __nv_bfloat16* Vs = Ks + 2 * TS;  // 2 buffers
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-  const int h = blockIdx.y, kh = h / a.G;
-  const QueryWalk wk = query_walk(a, warp, g);
-  const int64_t r0 = wk.r0, ks = wk.ks, warp_last = wk.warp_last;
-  const int n_tiles = wk.n_tiles;
-  const int64_t* row = wk.row;
-  const int64_t* rstart = wk.rstart;
-  const auto* q = static_cast<const __nv_bfloat16*>(a.q);
+__device__ __forceinline__ auto packed_kv(const TcArgs& a, __nv_bfloat16* Ks, __nv_bfloat16* Vs, int64_t ks, int kh) {
+  constexpr int TS = kTile * (D + 8);
   const auto* k = static_cast<const __nv_bfloat16*>(a.k);
   const auto* v = static_cast<const __nv_bfloat16*>(a.v);
+  const int64_t T = a.T;
+  const int Hkv = a.Hkv;
+  return [=](int j) {
+    const int b = j & 1;
+    const int64_t k0 = ks + int64_t(j) * kTile;
+    load_rows<D, 1>({Ks + b * TS}, {k}, packed_rows<D>(k0, T, Hkv, kh));
+    load_rows<D, 1>({Vs + b * TS}, {v}, packed_rows<D>(k0, T, Hkv, kh));
+  };
+}
 
-  load_tile<D>(Qs, q, r0, a.T, a.Hq, h);
-  load_tile<D>(Ks, k, ks, a.T, a.Hkv, kh);
-  load_tile<D>(Vs, v, ks, a.T, a.Hkv, kh);
-  cp_commit();
-
-  const float sl2 = a.scale * kLog2e;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+// Online-softmax state of this thread's two rows (g and g+8 of its warp's 16 rows): running
+// max m (scaled scores, log2 domain), this thread's share of the running sum l (its quad
+// sums it at the end), and the unnormalised output in mma C layout.
+template <int D>
+struct FwdState {
+  float m[2], l[2];
   float acc[D / 8][4];
+};
+
+// The forward key walk shared by the packed (training) and the paged (prefill) kernels:
+// key tile it holds keys ks + 64·it .. ks + 64·it + 63 (buffer it & 1); row i of this thread
+// sees key col iff lo[i] <= col <= hi[i] (lo = INT64_MAX: a padding row that sees nothing).
+// The warp skips tiles that start past warp_last, the last key any of its rows may see.
+// On entry Q is being loaded into Qs and key tile 0 into buffer 0 (committed); issue(j)
+// issues key tile j (see kv_next).
+template <int D, class Issue>
+__device__ __forceinline__ void fwd_walk(FwdState<D>& st, const __nv_bfloat16* Qs, const __nv_bfloat16* Ks,
+                                         const __nv_bfloat16* Vs, int n_tiles, int64_t ks, int64_t warp_last,
+                                         const int64_t (&lo)[2], const int64_t (&hi)[2], float sl2,
+                                         const Issue& issue) {
+  constexpr int TS = kTile * (D + 8);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t4 = lane & 3;
+  float(&m)[2] = st.m;
+  float(&l)[2] = st.l;
+  float(&acc)[D / 8][4] = st.acc;
+  m[0] = m[1] = -INFINITY;
+  l[0] = l[1] = 0.f;
 #pragma unroll
   for (int j = 0; j < D / 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
 
   for (int it = 0; it < n_tiles; ++it) {
     const int64_t k0 = ks + int64_t(it) * kTile;
-    kv_next<D>(a, it, n_tiles, k0, Ks, Vs, kh);
+    kv_next(it, n_tiles, issue);
     __syncthreads();
     const __nv_bfloat16* Kt = Ks + (it & 1) * TS;
     const __nv_bfloat16* Vt = Vs + (it & 1) * TS;
@@ -234,7 +264,7 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_tc_kernel(TcArgs a) {
         for (int e = 0; e < 4; ++e) {
           const int i = e >> 1;
           const int64_t col = k0 + j * 8 + 2 * t4 + (e & 1);
-          const bool ok = col >= rstart[i] && col <= row[i];
+          const bool ok = col >= lo[i] && col <= hi[i];
           s[j][e] = ok ? s[j][e] * sl2 : -INFINITY;
           mx[i] = fmaxf(mx[i], s[j][e]);
         }
@@ -270,22 +300,121 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_tc_kernel(TcArgs a) {
     }
     __syncthreads();
   }
+}
+
+// Row i of this thread after the walk: sums l over the quad and, when o is not null
+// (a real row), writes acc / l there as bf16 (o: the row's D outputs). Returns the sum.
+template <int D>
+__device__ __forceinline__ float fwd_finish(const FwdState<D>& st, int i, __nv_bfloat16* o, int t4) {
+  float L = st.l[i];
+  L += __shfl_xor_sync(0xffffffffu, L, 1);
+  L += __shfl_xor_sync(0xffffffffu, L, 2);
+  if (o) {
+    const float inv = 1.f / L;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      const uint32_t pk = pack_bf16(st.acc[j][2 * i] * inv, st.acc[j][2 * i + 1] * inv);
+      *reinterpret_cast<uint32_t*>(o + j * 8 + 2 * t4) = pk;
+    }
+  }
+  return L;
+}
+
+template <int D>
+constexpr size_t fwd_smem() {
+  return size_t(5) * kTile * (D + 8) * sizeof(__nv_bfloat16);
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads) attn_fwd_tc_kernel(TcArgs a) {
+  constexpr int LD = D + 8, TS = kTile * LD;
+  extern __shared__ __align__(16) unsigned char smraw[];
+  __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smraw);
+  __nv_bfloat16* Ks = Qs + TS;      // 2 buffers
+  __nv_bfloat16* Vs = Ks + 2 * TS;  // 2 buffers
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  const int h = blockIdx.y, kh = h / a.G;
+  const QueryWalk wk = query_walk(a, warp, g);
+  const auto* q = static_cast<const __nv_bfloat16*>(a.q);
+  const auto kv = packed_kv<D>(a, Ks, Vs, wk.ks, kh);
+
+  load_tile<D>(Qs, q, wk.r0, a.T, a.Hq, h);
+  kv(0);
+  cp_commit();
+
+  FwdState<D> st;
+  fwd_walk<D>(st, Qs, Ks, Vs, wk.n_tiles, wk.ks, wk.warp_last, wk.rstart, wk.row, a.scale * kLog2e, kv);
 
   auto* out = static_cast<__nv_bfloat16*>(a.out);
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    float L = l[i];
-    L += __shfl_xor_sync(0xffffffffu, L, 1);
-    L += __shfl_xor_sync(0xffffffffu, L, 2);
-    if (row[i] >= a.T) continue;
-    const float inv = 1.f / L;
-    __nv_bfloat16* o = out + (row[i] * a.Hq + h) * D;
+    const int64_t row = wk.row[i];
+    __nv_bfloat16* o = row < a.T ? out + (row * a.Hq + h) * D : nullptr;
+    const float L = fwd_finish<D>(st, i, o, t4);
+    if (o && t4 == 0 && a.lse) a.lse[int64_t(h) * a.T + row] = st.m[i] * kLn2 + logf(L);
+  }
+}
+
+// Paged prefill: block = (one tile of the list, one query head). The tile's n_rows query
+// rows are consecutive tokens of one sequence at positions pos0 .., so its keys are
+// positions 0 .. pos0 + n_rows - 1 of that sequence, walked in 64-key tiles from
+// position 0 (tile boundaries do not depend on the query tiling, so a row's output is the
+// same whichever tile holds it). Key position p lives in cache row
+// (block_table[seq][p / block_size]·block_size + p % block_size)·Hkv + kh; positions past
+// the sequence's last query are zero-filled and masked. Query rows past n_rows are
+// zero-filled padding: they see no key, and warps made only of them skip every tile.
+template <int D>
+__global__ void __launch_bounds__(kThreads) attn_paged_prefill_tc_kernel(PagedTcArgs a) {
+  constexpr int LD = D + 8, TS = kTile * LD;
+  extern __shared__ __align__(16) unsigned char smraw[];
+  __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smraw);
+  __nv_bfloat16* Ks = Qs + TS;      // 2 buffers
+  __nv_bfloat16* Vs = Ks + 2 * TS;  // 2 buffers
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  const int h = blockIdx.y, kh = h / a.G;
+  const int32_t* tile = a.tiles + int64_t(blockIdx.x) * 4;
+  const int64_t row0 = tile[0];
+  const int n_rows = tile[1], pos0 = tile[3];
+  const int32_t* bt = a.block_table + int64_t(tile[2]) * a.max_blocks;
+  const int n_keys = pos0 + n_rows;
+  const int n_tiles = (n_keys - 1) / kTile + 1;
+  const int bs = a.block_size, Hq = a.Hq, Hkv = a.Hkv;
+  const auto* q = static_cast<const __nv_bfloat16*>(a.q);
+  const auto* kc = static_cast<const __nv_bfloat16*>(a.k_cache);
+  const auto* vc = static_cast<const __nv_bfloat16*>(a.v_cache);
+
+  // This thread's rows r (tile rows warp·16 + g, + 8) see keys 0 .. pos0 + r.
+  int64_t lo[2], hi[2];
 #pragma unroll
-    for (int j = 0; j < D / 8; ++j) {
-      const uint32_t pk = pack_bf16(acc[j][2 * i] * inv, acc[j][2 * i + 1] * inv);
-      *reinterpret_cast<uint32_t*>(o + j * 8 + 2 * t4) = pk;
-    }
-    if (t4 == 0 && a.lse) a.lse[int64_t(h) * a.T + row[i]] = m[i] * kLn2 + logf(L);
+  for (int i = 0; i < 2; ++i) {
+    const int r = warp * 16 + g + i * 8;
+    lo[i] = r < n_rows ? 0 : INT64_MAX;
+    hi[i] = int64_t(pos0) + r;
+  }
+  const int64_t warp_last = warp * 16 < n_rows ? int64_t(pos0) + min(warp * 16 + 15, n_rows - 1) : -1;
+
+  load_rows<D, 1>({Qs}, {q}, [=](int r) { return r < n_rows ? ((row0 + r) * Hq + h) * D : int64_t(-1); });
+  const auto kv = [=](int j) {
+    const int b = j & 1;
+    const int k0 = j * kTile;
+    load_rows_hoisted<D, 2>({Ks + b * TS, Vs + b * TS}, {kc, vc}, [=](int r) {
+      const int p = k0 + r;
+      if (p >= n_keys) return int64_t(-1);
+      const int64_t slot = int64_t(bt[p / bs]) * bs + p % bs;
+      return (slot * Hkv + kh) * D;
+    });
+  };
+  kv(0);
+  cp_commit();
+
+  FwdState<D> st;
+  fwd_walk<D>(st, Qs, Ks, Vs, n_tiles, 0, warp_last, lo, hi, a.scale * kLog2e, kv);
+
+  auto* out = static_cast<__nv_bfloat16*>(a.out);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = warp * 16 + g + i * 8;
+    fwd_finish<D>(st, i, r < n_rows ? out + ((row0 + r) * Hq + h) * D : nullptr, t4);
   }
 }
 
@@ -310,8 +439,6 @@ __global__ void __launch_bounds__(kThreads) attn_dq_tc_kernel(TcArgs a) {
   const int64_t* row = wk.row;
   const int64_t* rstart = wk.rstart;
   const auto* q = static_cast<const __nv_bfloat16*>(a.q);
-  const auto* k = static_cast<const __nv_bfloat16*>(a.k);
-  const auto* v = static_cast<const __nv_bfloat16*>(a.v);
   const auto* dout = static_cast<const __nv_bfloat16*>(a.dout);
 
   float lse2[2], dlt[2];
@@ -322,10 +449,10 @@ __global__ void __launch_bounds__(kThreads) attn_dq_tc_kernel(TcArgs a) {
     dlt[i] = ok ? a.delta[int64_t(h) * a.T + row[i]] : 0.f;
   }
 
+  const auto kv = packed_kv<D>(a, Ks, Vs, ks, kh);
   load_tile<D>(Qs, q, r0, a.T, a.Hq, h);
   load_tile<D>(dOs, dout, r0, a.T, a.Hq, h);
-  load_tile<D>(Ks, k, ks, a.T, a.Hkv, kh);
-  load_tile<D>(Vs, v, ks, a.T, a.Hkv, kh);
+  kv(0);
   cp_commit();
 
   const float sl2 = a.scale * kLog2e;
@@ -335,7 +462,7 @@ __global__ void __launch_bounds__(kThreads) attn_dq_tc_kernel(TcArgs a) {
 
   for (int it = 0; it < n_tiles; ++it) {
     const int64_t k0 = ks + int64_t(it) * kTile;
-    kv_next<D>(a, it, n_tiles, k0, Ks, Vs, kh);
+    kv_next(it, n_tiles, kv);
     __syncthreads();
     const __nv_bfloat16* Kt = Ks + (it & 1) * TS;
     const __nv_bfloat16* Vt = Vs + (it & 1) * TS;
@@ -509,6 +636,14 @@ void launch_fwd(Context& ctx, const TcArgs& a) {
 }
 
 template <int D>
+void launch_paged_prefill(Context& ctx, const PagedTcArgs& a) {
+  const size_t sm = fwd_smem<D>();
+  set_smem(attn_paged_prefill_tc_kernel<D>, sm);
+  attn_paged_prefill_tc_kernel<D><<<dim3(unsigned(a.n_tiles), unsigned(a.Hq)), kThreads, sm, stream_of(ctx)>>>(a);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <int D>
 void launch_bwd(Context& ctx, const TcArgs& a) {
   const unsigned nt = unsigned(ceil_div(a.T, kTile));
   set_smem(attn_dq_tc_kernel<D>, dq_smem<D>());
@@ -538,6 +673,17 @@ bool attention_backward_tc(Context& ctx, const TcArgs& args, DType dt) {
   CUDA_CHECK_LAUNCH();
   if (a.D == 64) launch_bwd<64>(ctx, a);
   else launch_bwd<128>(ctx, a);
+  return true;
+}
+
+bool attention_paged_prefill_tc(Context& ctx, const PagedTcArgs& a, DType dt) {
+  if (!attention_tc_supported(dt, a.D) || a.n_tiles == 0) return false;
+  GRPO_CHECK_MSG(a.n_tiles > 0 && a.tiles && a.block_table, "attention_paged_prefill_tc: tile list and block table needed");
+  GRPO_CHECK_MSG(a.Hkv > 0 && a.Hq % a.Hkv == 0 && a.G == a.Hq / a.Hkv, "attention_paged_prefill_tc: Hq must be G·Hkv");
+  GRPO_CHECK_MSG(a.block_size > 0 && a.max_blocks > 0, "attention_paged_prefill_tc: block_size and max_blocks must be > 0");
+  GRPO_CHECK_MSG(a.Hq <= 65535, "attention_paged_prefill_tc: more than 65535 query heads (grid y)");
+  if (a.D == 64) launch_paged_prefill<64>(ctx, a);
+  else launch_paged_prefill<128>(ctx, a);
   return true;
 }
 

@@ -1,5 +1,6 @@
 // Private to attention*.cu: the tensor-core attention kernels of attention_tc.cu
-// (bf16, head dim 64 or 128), used for packed training batches.
+// (bf16, head dim 64 or 128), used for packed training batches and for the engine's
+// prefill over the paged KV cache.
 #pragma once
 #include "kernels/cuda/attention_bwd.cuh"
 
@@ -21,9 +22,22 @@ struct TcArgs {
   float scale;
 };
 
+// Paged prefill (attention_paged with a tile list, see PagedAttnMeta::prefill_tiles).
+struct PagedTcArgs {
+  const void* q;               // (T,Hq,D)
+  void* out;                   // (T,Hq,D)
+  const void *k_cache, *v_cache;  // (n_blocks, block_size, Hkv, D)
+  const int32_t* block_table;  // (S, max_blocks)
+  const int32_t* tiles;        // (n_tiles, 4): row0, n_rows (1..64), seq, pos0
+  int n_tiles, max_blocks, block_size;
+  int Hq, Hkv, G, D;
+  float scale;
+};
+
 bool attention_tc_supported(DType dt, int D);
 // Each returns false (doing nothing) when the dtype/head dim is not supported.
 bool attention_forward_tc(Context& ctx, const TcArgs& a, DType dt);
 bool attention_backward_tc(Context& ctx, const TcArgs& a, DType dt);
+bool attention_paged_prefill_tc(Context& ctx, const PagedTcArgs& a, DType dt);
 
 }  // namespace grpo::cuda

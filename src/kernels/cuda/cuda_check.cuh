@@ -15,6 +15,8 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <utility>
 
 #include "core/check.h"
 #include "core/context.h"
@@ -53,8 +55,50 @@
 
 namespace grpo::cuda {
 
+// ---- programmatic dependent launch (sm_90) ----
+// A kernel launched with launch_pdl may start while the previous kernel on the stream is
+// still running (once every block of that kernel has called pdl_trigger, or exited); it
+// must call pdl_wait before it touches memory, which returns when the previous grid has
+// completed and its writes are visible. Every kernel launched through launch_pdl calls
+// pdl_trigger(); pdl_wait(); first (before any early return), so "grid done" still implies
+// "all earlier grids done" along the chain. In kernels launched normally both are no-ops.
+// GRPO_PDL=0 launches everything without the attribute (for A/B measurements).
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+inline bool pdl_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("GRPO_PDL");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
+
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline cudaStream_t stream_of(const Context& ctx) { return static_cast<cudaStream_t>(ctx.stream()); }
+// Launches kernel<<<grid, block, smem, ctx's stream>>>(args...) with programmatic stream
+// serialization (see pdl_wait above).
+template <class... KArgs, class... Args>
+void launch_pdl(const Context& ctx, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream_of(ctx);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // Grid dimension for a flat elementwise loop (grid-stride loops cover the rest).

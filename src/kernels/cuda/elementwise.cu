@@ -149,6 +149,8 @@ __global__ void __launch_bounds__(kThreads) cast_vec_kernel(TO* __restrict__ dst
 template <class T, class I, int U>
 __global__ void __launch_bounds__(kThreads)
 swiglu_fwd_vec_kernel(T* __restrict__ out, const T* __restrict__ gu, I n_vec, I fv) {
+  pdl_trigger();  // launched with launch_pdl (cuda_check.cuh)
+  pdl_wait();
   constexpr int V = Vec16<T>::n;
   const uint4* guv = reinterpret_cast<const uint4*>(gu);
   uint4* ov = reinterpret_cast<uint4*>(out);
@@ -257,8 +259,8 @@ constexpr int kSwigluUnroll = 2;  // vectors (of out / dout) per thread per step
 
 template <class T, class I>
 void swiglu_fwd_vec_launch(Context& ctx, Tensor& out, const Tensor& gate_up, int64_t n_vec, int64_t fv, unsigned grid) {
-  swiglu_fwd_vec_kernel<T, I, kSwigluUnroll><<<grid, kThreads, 0, stream_of(ctx)>>>(out.ptr<T>(), gate_up.ptr<T>(),
-                                                                                    I(n_vec), I(fv));
+  launch_pdl(ctx, swiglu_fwd_vec_kernel<T, I, kSwigluUnroll>, dim3(grid), dim3(kThreads), 0, out.ptr<T>(),
+             gate_up.ptr<T>(), I(n_vec), I(fv));
 }
 
 template <class T, class I>

@@ -28,6 +28,8 @@ __global__ void gather_kernel(TO* __restrict__ out, const TI* __restrict__ src, 
 // Same with 16-byte copies (same dtype, C a multiple of 16 bytes, aligned rows).
 __global__ void gather_vec_kernel(uint4* __restrict__ out, const uint4* __restrict__ src,
                                   const int32_t* __restrict__ idx, int64_t C16) {
+  pdl_trigger();  // launched with launch_pdl (cuda_check.cuh)
+  pdl_wait();
   const int64_t r = blockIdx.x;
   const uint4* s = src + int64_t(idx[r]) * C16;
   uint4* o = out + r * C16;
@@ -73,8 +75,8 @@ void gather_launch(Context& ctx, Tensor& out, const Tensor& src, const Tensor& i
   const size_t row_bytes = size_t(C) * dtype_size(src.dtype);
   if (out.dtype == src.dtype && row_bytes % 16 == 0 && aligned16(out.data) && aligned16(src.data)) {
     const int64_t C16 = int64_t(row_bytes / 16);
-    gather_vec_kernel<<<unsigned(R), row_threads(C16), 0, stream_of(ctx)>>>(
-        out.ptr<uint4>(), src.ptr<uint4>(), idx.ptr<int32_t>(), C16);
+    launch_pdl(ctx, gather_vec_kernel, dim3(unsigned(R)), dim3(row_threads(C16)), 0, out.ptr<uint4>(),
+               src.ptr<uint4>(), idx.ptr<int32_t>(), C16);
   } else {
     GRPO_DISPATCH_FLOAT(out.dtype, TO, {
       GRPO_DISPATCH_FLOAT(src.dtype, TI, {

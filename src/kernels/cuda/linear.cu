@@ -1,5 +1,6 @@
 // CUDA dense layers through cuBLASLt, and the shared row-major gemm() helper
-// (declared in cuda_check.cuh) that the fused logprob op also uses.
+// (declared in cuda_check.cuh) that the fused logprob op also uses. bf16 forwards with
+// M <= 64 (decode) go to linear_small_m (linear_small_m.cu) when it applies.
 //   forward      out (M,N) = x (M,K) · w (N,K)ᵀ [+ bias]      (TN in cuBLAS terms)
 //   backward dx  dx (M,K) = dout (M,N) · w (N,K)               (NN)
 //            dw  dw (N,K) f32 += doutᵀ · x                      (NT, beta = 1)
@@ -11,6 +12,7 @@
 #include <tuple>
 
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/linear_small_m.h"
 #include "kernels/linear.h"
 
 namespace grpo::cuda {
@@ -173,6 +175,11 @@ void linear_forward(Context& ctx, Tensor& out, const Tensor& x, const Tensor& w,
     GRPO_CHECK_MSG(bias->numel() == N, "linear_forward: bias must have N elements");
     if (bias->dtype == out.dtype) epi_bias = bias->data;
   }
+  // Small decode-sized bf16 products: the weight-streaming kernel of linear_small_m.cu where it
+  // measured faster (small_m_preferred), unless GRPO_SMALL_M_GEMM=0 or it does not apply.
+  if (out.dtype == DType::bf16 && small_m_gemm_enabled() && small_m_preferred(M, N) &&
+      linear_small_m(ctx, out, x, w, bias, accumulate))
+    return;
   gemm(ctx, out.data, out.dtype, N, x.data, K, false, w.data, K, true, x.dtype, M, N, K, 1.f,
        accumulate ? 1.f : 0.f, epi_bias);
   if (bias && !epi_bias) {

@@ -45,6 +45,8 @@ template <class T, int NV>
 __global__ void __launch_bounds__(kFwdWarps * 32)
 rmsnorm_fwd_warp_kernel(T* out, float* __restrict__ rstd, const T* x, const T* __restrict__ w, int64_t N, int nvec,
                         float eps) {
+  pdl_trigger();  // launched with launch_pdl (cuda_check.cuh)
+  pdl_wait();
   constexpr int V = Vec16<T>::n;
   const int lane = threadIdx.x & 31;
   const int64_t row = int64_t(blockIdx.x) * kFwdWarps + (threadIdx.x >> 5);
@@ -287,8 +289,8 @@ int vectors_per_lane(int64_t nvec) {
 template <class T, int NV>
 void fwd_warp_launch(Context& ctx, Tensor& out, Tensor* rstd, const Tensor& x, const Tensor& w, int64_t N, int nvec,
                      float eps) {
-  rmsnorm_fwd_warp_kernel<T, NV><<<unsigned(ceil_div(N, kFwdWarps)), kFwdWarps * 32, 0, stream_of(ctx)>>>(
-      out.ptr<T>(), rstd ? rstd->ptr<float>() : nullptr, x.ptr<T>(), w.ptr<T>(), N, nvec, eps);
+  launch_pdl(ctx, rmsnorm_fwd_warp_kernel<T, NV>, dim3(unsigned(ceil_div(N, kFwdWarps))), dim3(kFwdWarps * 32), 0,
+             out.ptr<T>(), rstd ? rstd->ptr<float>() : nullptr, x.ptr<T>(), w.ptr<T>(), N, nvec, eps);
 }
 
 template <class T, int NV>

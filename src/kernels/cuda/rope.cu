@@ -131,6 +131,8 @@ struct RopeCacheArgs {
 template <class T, int E>
 __global__ void __launch_bounds__(kThreads)
 rope_qk_cache_kernel(RopeCacheArgs a, uint32_t total, uint32_t Hq, uint32_t Hkv, uint32_t nchunk, int64_t half) {
+  pdl_trigger();  // launched with launch_pdl (cuda_check.cuh)
+  pdl_wait();
   const uint32_t Hall = Hq + 2 * Hkv;
   const int64_t D = 2 * half;
   const T* qs = static_cast<const T*>(a.q_src);
@@ -188,8 +190,8 @@ bool rope_cache_fused(Context& ctx, const RopeCacheArgs& a, DType dt, int64_t T_
     constexpr int V = Vec16<T>::n;
     const int64_t nchunk = half / V, total = T_ * (Hq + 2 * Hkv) * nchunk;
     if (aligned && half % V == 0 && total < int64_t(1) << 30) {
-      rope_qk_cache_kernel<T, V><<<flat_grid(total, kThreads), kThreads, 0, stream_of(ctx)>>>(
-          a, uint32_t(total), uint32_t(Hq), uint32_t(Hkv), uint32_t(nchunk), half);
+      launch_pdl(ctx, rope_qk_cache_kernel<T, V>, dim3(flat_grid(total, kThreads)), dim3(kThreads), 0, a,
+                 uint32_t(total), uint32_t(Hq), uint32_t(Hkv), uint32_t(nchunk), half);
       CUDA_CHECK_LAUNCH();
       done = true;
     }
@@ -207,6 +209,8 @@ template <class T, int EPL>
 __global__ void __launch_bounds__(256)
 qk_norm_rope_cache_kernel(RopeCacheArgs a, const T* __restrict__ wq, const T* __restrict__ wk, float eps,
                           int64_t n_warps, int Hq, int Hkv) {
+  pdl_trigger();  // launched with launch_pdl (cuda_check.cuh)
+  pdl_wait();
   constexpr int D = 32 * EPL, half = D / 2;
   const int64_t gw = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   if (gw >= n_warps) return;
@@ -271,11 +275,11 @@ void qk_norm_rope_cache_write(Context& ctx, Tensor& q, const Tensor& qkv, const 
     const unsigned grid = unsigned(ceil_div(n_warps * 32, 256));
     GRPO_DISPATCH_FLOAT(q.dtype, T, {
       if (D == 64)
-        qk_norm_rope_cache_kernel<T, 2><<<grid, 256, 0, stream_of(ctx)>>>(a, q_norm.ptr<T>(), k_norm.ptr<T>(), eps,
-                                                                           n_warps, int(Hq), int(Hkv));
+        launch_pdl(ctx, qk_norm_rope_cache_kernel<T, 2>, dim3(grid), dim3(256), 0, a, q_norm.ptr<T>(),
+                   k_norm.ptr<T>(), eps, n_warps, int(Hq), int(Hkv));
       else
-        qk_norm_rope_cache_kernel<T, 4><<<grid, 256, 0, stream_of(ctx)>>>(a, q_norm.ptr<T>(), k_norm.ptr<T>(), eps,
-                                                                           n_warps, int(Hq), int(Hkv));
+        launch_pdl(ctx, qk_norm_rope_cache_kernel<T, 4>, dim3(grid), dim3(256), 0, a, q_norm.ptr<T>(),
+                   k_norm.ptr<T>(), eps, n_warps, int(Hq), int(Hkv));
     });
     CUDA_CHECK_LAUNCH();
     return;

@@ -1,0 +1,406 @@
+// Tensor-core paged attention for query tokens taken one at a time (decode rows; any row of a
+// paged batch when no prefill tile list is given), bf16 with head dim 64 or 128 and GQA groups
+// of 4 to 16 query heads per kv head. attention_paged (attention.cu) calls it first and
+// falls back to the CUDA-core attn_paged_kernel for everything else (f32, other head dims).
+//
+// Layout: grid (tokens, Hkv, Z), 128 threads = 4 warps. A block takes one query token and one
+// kv head; its G query heads are the rows of a 16-row mma tile (rows >= G are zero and never
+// written), so K/V are read once for the whole group. The token's keys are cut into fixed
+// partitions of kPart = 256 positions (never by batch: a token's result depends only on its own
+// context); block z takes partitions z, z + Z, ... of its token. The last partition of the
+// launch (n_splits − 1) also takes every key past n_splits·kPart, so an underestimated
+// max_context stays correct.
+// K/V stream through a ring of NS shared-memory stages of 64 keys (cp.async, 16-byte chunks,
+// rows padded by 16 bytes for conflict-free ldmatrix), NS − 1 tiles in flight ahead of the
+// one being computed, across the block's partitions. In each 64-key tile warp w takes keys
+// 16w..16w+15: scores S = Q·Kᵀ (2 mma n-tiles), masked past the context, online softmax in the
+// exp2 domain per warp, then acc += P·V (P rounded to bf16, one k-step of 16 keys).
+// At a partition's end the four warps merge in warp order through shared memory: per head the
+// max of the warps' maxima, each warp's acc and sum rescaled to it and summed in warp order.
+// A token whose context fits one partition writes out = acc / l directly; otherwise each
+// partition writes (acc, m, l) partials (m in natural-log units) and the combine kernel of
+// attention.cu merges them in partition order (programmatic dependent launch).
+// Every output is computed in a fixed order with no atomics: rows do not depend on the other
+// tokens of the launch, nor on Z or max_context (when it covers the token).
+// A/B switches (read once): GRPO_DECODE_TC=0 (use the CUDA-core kernel), GRPO_DECODE_PART
+// (partition length, a multiple of 64), GRPO_DECODE_WAVES (blocks along z ≈ waves × resident
+// blocks), GRPO_DECODE_STAGES (2 or 3). Measured settings: docs/BENCHMARKS.md.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
+#include "kernels/cuda/attention_decode.cuh"
+#include "kernels/cuda/mma.cuh"
+
+namespace grpo::cuda {
+
+namespace {
+
+using namespace tc;
+
+constexpr int kThreads = 128;
+constexpr int kTile = 64;   // keys per ring stage
+constexpr int kPart = 256;  // keys per partition (GRPO_DECODE_PART overrides, a multiple of 64: A/B runs)
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+struct DecArgs {
+  const __nv_bfloat16* q;  // (T,Hq,D)
+  __nv_bfloat16* out;      // (T,Hq,D)
+  const __nv_bfloat16* k;  // (n_blocks,bs,Hkv,D)
+  const __nv_bfloat16* v;
+  const int32_t* token_seq;
+  const int32_t* token_pos;
+  const int32_t* block_table;  // (S,max_blocks)
+  float* part_acc;             // (chunk,Hq,n_splits,D) when n_splits > 1
+  float* part_ml;              // (chunk,Hq,n_splits,2)
+  int64_t tok0;
+  int max_blocks, block_size, Hq, Hkv, G, n_splits, part;
+  float scale;
+};
+
+template <int D, int NS>
+struct DecCfg {
+  static constexpr int LD = D + 8;          // padded shared row (elements)
+  static constexpr int TS = kTile * LD;     // one K or V tile (elements)
+  static constexpr size_t ring = size_t(NS) * 2 * TS * sizeof(__nv_bfloat16);
+  static constexpr size_t q_bytes = size_t(16) * LD * sizeof(__nv_bfloat16);
+  static constexpr size_t stat_bytes = size_t(4 * 16 * 2 + 32) * sizeof(float);
+  // After the q fragments are in registers the q tile's space holds the merge state:
+  // wm, wl (4 warps × 16 rows), sM, sL (16 rows), then red (4 warps × G × D f32).
+  static size_t bytes(int G) {
+    const size_t merge = stat_bytes + size_t(4) * G * D * sizeof(float);
+    return ring + (merge > q_bytes ? merge : q_bytes);
+  }
+};
+
+template <int D, int NS>
+__global__ void __launch_bounds__(kThreads) attn_decode_tc_kernel(DecArgs a) {
+  using C = DecCfg<D, NS>;
+  constexpr int LD = C::LD, TS = C::TS, CPR = D / 8;
+  extern __shared__ __align__(16) unsigned char smraw[];
+  __nv_bfloat16* ring = reinterpret_cast<__nv_bfloat16*>(smraw);  // stage s: K at 2s·TS, V at (2s+1)·TS
+  __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smraw + C::ring);
+  float* wm = reinterpret_cast<float*>(smraw + C::ring);  // reuses the q tile (see DecCfg)
+  float* wl = wm + 64;
+  float* sM = wl + 64;
+  float* sL = sM + 16;
+  float* red = sL + 16;
+
+  pdl_trigger();  // launched with launch_pdl: the next grid may be scheduled once every block has started
+  pdl_wait();     // q comes from the previous kernel
+  const int64_t tok = a.tok0 + blockIdx.x;
+  const int kh = blockIdx.y, Z = int(gridDim.z), G = a.G;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  const int ctx_len = a.token_pos[tok] + 1;
+  const int n_used = min(a.n_splits, (ctx_len + a.part - 1) / a.part);  // partitions holding keys
+  if (int(blockIdx.z) >= n_used) return;
+  const int32_t* table = a.block_table + int64_t(a.token_seq[tok]) * a.max_blocks;
+  auto part_end = [&](int p) { return p == a.n_splits - 1 ? ctx_len : min(ctx_len, (p + 1) * a.part); };
+
+  // q of the group's heads → Qs rows 0..G-1 (zeros below), its own commit group.
+  for (int e = tid; e < 16 * CPR; e += kThreads) {
+    const int r = e / CPR, c = e % CPR;
+    const bool ok = r < G;
+    cp_async16(Qs + r * LD + c * 8, a.q + (tok * a.Hq + kh * G + (ok ? r : 0)) * D + c * 8, ok);
+  }
+  cp_commit();
+
+  // Keys [k0, min(k0 + 64, kend)) into ring stage `stage` (rows past kend zero-filled). The
+  // block-table lookups of all of this thread's rows are done first: the cp.async below are
+  // memory-ordering asm statements, so a lookup placed after one could not be hoisted.
+  auto issue = [&](int stage, int k0, int kend) {
+    __nv_bfloat16* Ks = ring + stage * 2 * TS;
+    __nv_bfloat16* Vs = Ks + TS;
+    constexpr int kPer = kTile * CPR / kThreads;  // chunks per thread (8 or 4)
+    static_assert(kTile * CPR % kThreads == 0 && kThreads % CPR == 0, "every thread keeps one chunk column");
+    const int c = tid % CPR;
+    int64_t off[kPer];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int p = k0 + tid / CPR + i * (kThreads / CPR);
+      off[i] = p < kend ? (int64_t(table[p / a.block_size]) * a.block_size + p % a.block_size) * a.Hkv : -1;
+    }
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int r = tid / CPR + i * (kThreads / CPR);
+      const bool ok = off[i] >= 0;
+      const int64_t g = ok ? (off[i] + kh) * D + c * 8 : 0;
+      cp_async16(Ks + r * LD + c * 8, a.k + g, ok);
+      cp_async16(Vs + r * LD + c * 8, a.v + g, ok);
+    }
+  };
+  // The block's tile sequence: partitions z, z+Z, ... < n_used, 64 keys at a time.
+  int pp = int(blockIdx.z), pk = pp * a.part;  // producer: next tile to issue
+  auto advance = [&](int& p, int& k) {
+    k += kTile;
+    if (k >= part_end(p)) {
+      p += Z;
+      k = p * a.part;
+    }
+  };
+#pragma unroll
+  for (int s = 0; s < NS - 1; ++s) {
+    if (pp < n_used) {
+      issue(s, pk, part_end(pp));
+      advance(pp, pk);
+    }
+    cp_commit();
+  }
+  cp_wait<NS - 1>();  // the q group
+  __syncthreads();
+  uint32_t qa[D / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) ldsm4(qa[kk], Qs + (lane & 15) * LD + kk * 16 + (lane >> 4) * 8);
+
+  const float sl2 = a.scale * kLog2e;
+  float m[2], l[2], acc[D / 8][4];
+  auto reset = [&] {
+    m[0] = m[1] = -INFINITY;
+    l[0] = l[1] = 0.f;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+  };
+  reset();
+
+  int cp = int(blockIdx.z), ck = cp * a.part;  // consumer: tile being computed
+  for (int it = 0; cp < n_used; ++it) {
+    cp_wait<NS - 2>();  // tile `it` has landed (this thread's copies) ...
+    __syncthreads();    // ... everyone's, and the stage issued next is no longer read
+    if (pp < n_used) {
+      issue((it + NS - 1) % NS, pk, part_end(pp));
+      advance(pp, pk);
+    }
+    cp_commit();
+    const int kend = part_end(cp);
+    const __nv_bfloat16* Kt = ring + (it % NS) * 2 * TS;
+    const __nv_bfloat16* Vt = Kt + TS;
+    const int kb = ck + warp * 16;  // this warp's first key
+    if (kb < kend) {
+      const int mi = lane >> 3;
+      float s[2][4];
+#pragma unroll
+      for (int j = 0; j < 2; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t b[4];
+        ldsm4(b, Kt + (warp * 16 + (lane & 7) + (mi >> 1) * 8) * LD + kk * 16 + (mi & 1) * 8);
+        mma16816(s[0], qa[kk], b[0], b[1]);
+        mma16816(s[1], qa[kk], b[2], b[3]);
+      }
+      float mx[2] = {m[0], m[1]};
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = kb + j * 8 + 2 * t4 + (e & 1);
+          s[j][e] = key < kend ? s[j][e] * sl2 : -INFINITY;
+          mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
+        }
+      float corr[2], base[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+        base[i] = mx[i] == -INFINITY ? 0.f : mx[i];
+        corr[i] = exp2f(m[i] - base[i]);  // m = -inf: 0
+        m[i] = mx[i];
+        l[i] *= corr[i];
+      }
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float p = exp2f(s[j][e] - base[e >> 1]);
+          s[j][e] = p;
+          l[e >> 1] += p;
+        }
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j) {
+        acc[j][0] *= corr[0];
+        acc[j][1] *= corr[0];
+        acc[j][2] *= corr[1];
+        acc[j][3] *= corr[1];
+      }
+      const uint32_t pa[4] = {pack_bf16(s[0][0], s[0][1]), pack_bf16(s[0][2], s[0][3]),
+                              pack_bf16(s[1][0], s[1][1]), pack_bf16(s[1][2], s[1][3])};
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t b[4];
+        ldsm4_t(b, Vt + (warp * 16 + (lane & 7) + (mi & 1) * 8) * LD + dp * 16 + (mi >> 1) * 8);
+        mma16816(acc[2 * dp], pa, b[0], b[1]);
+        mma16816(acc[2 * dp + 1], pa, b[2], b[3]);
+      }
+    }
+    ck += kTile;
+    if (ck < kend) continue;
+
+    // Partition cp is complete: merge the four warps in warp order and write.
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+      l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    }
+    if (t4 == 0) {
+      wm[warp * 16 + g] = m[0];
+      wm[warp * 16 + g + 8] = m[1];
+      wl[warp * 16 + g] = l[0];
+      wl[warp * 16 + g + 8] = l[1];
+    }
+    __syncthreads();
+    if (tid < 16) {
+      float M = -INFINITY;
+      for (int w = 0; w < 4; ++w) M = fmaxf(M, wm[w * 16 + tid]);
+      float L = 0.f;
+      for (int w = 0; w < 4; ++w) {
+        const float mw = wm[w * 16 + tid];
+        L += mw == -INFINITY ? 0.f : wl[w * 16 + tid] * exp2f(mw - M);
+      }
+      sM[tid] = M;
+      sL[tid] = L;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = g + 8 * i;
+      if (r >= G) continue;
+      const float sc = m[i] == -INFINITY ? 0.f : exp2f(m[i] - sM[r]);
+      float* dst = red + (warp * G + r) * D + 2 * t4;
+#pragma unroll
+      for (int j = 0; j < D / 8; ++j)
+        *reinterpret_cast<float2*>(dst + j * 8) = make_float2(acc[j][2 * i] * sc, acc[j][2 * i + 1] * sc);
+    }
+    __syncthreads();
+    for (int e = tid; e < G * D; e += kThreads) {
+      const int r = e / D, d = e % D;
+      const float A = ((red[r * D + d] + red[(G + r) * D + d]) + red[(2 * G + r) * D + d]) + red[(3 * G + r) * D + d];
+      const int h = kh * G + r;
+      if (n_used == 1) {
+        a.out[(tok * a.Hq + h) * D + d] = __float2bfloat16_rn(A / sL[r]);
+      } else {
+        const int64_t row = (int64_t(blockIdx.x) * a.Hq + h) * a.n_splits + cp;
+        a.part_acc[row * D + d] = A;
+        if (d == 0) {
+          a.part_ml[row * 2] = sM[r] * kLn2;
+          a.part_ml[row * 2 + 1] = sL[r];
+        }
+      }
+    }
+    // The merge state is next written after at least one more __syncthreads (loop top).
+    reset();
+    cp += Z;
+    ck = cp * a.part;
+  }
+  cp_wait<0>();  // no copy may be left in flight when the block exits
+}
+
+template <int D, int NS>
+void launch_decode(Context& ctx, const DecArgs& a, dim3 grid) {
+  const size_t smem = DecCfg<D, NS>::bytes(a.G);
+  // Per launch (a host-side attribute, valid during graph capture): the size depends on G
+  // and the current device may differ between calls.
+  CUDA_CHECK(cudaFuncSetAttribute(attn_decode_tc_kernel<D, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  int(smem)));
+  launch_pdl(ctx, attn_decode_tc_kernel<D, NS>, grid, dim3(kThreads), smem, a);
+}
+
+// Ring depth: 3 stages (two tiles in flight) while two blocks still fit an SM, else 2.
+template <int D>
+int stages_for(int G) {
+  static const int forced = [] {  // GRPO_DECODE_STAGES=2|3 (A/B runs)
+    const char* e = std::getenv("GRPO_DECODE_STAGES");
+    return e ? std::atoi(e) : 0;
+  }();
+  if (forced == 2 || forced == 3) return forced;
+  return DecCfg<D, 3>::bytes(G) <= 110u * 1024u ? 3 : 2;
+}
+
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+    return v > 0 ? v : 1;
+  }();
+  return n;
+}
+
+}  // namespace
+
+bool attention_paged_decode_tc(Context& ctx, Tensor& out, const Tensor& q, const Tensor& k_cache,
+                               const Tensor& v_cache, const PagedAttnMeta& meta) {
+  static const bool enabled = [] {  // GRPO_DECODE_TC=0: the CUDA-core kernel (A/B measurements)
+    const char* e = std::getenv("GRPO_DECODE_TC");
+    return !(e && e[0] == '0');
+  }();
+  if (!enabled || q.dtype != DType::bf16) return false;
+  const int D = int(q.shape[2]), Hq = int(q.shape[1]), Hkv = int(k_cache.shape[2]);
+  // Groups of 4..16 query heads per kv head: the mma rows carry the group, so the scores of
+  // the whole group cost one tensor-core product. For G < 4 the CUDA-core kernel (which takes
+  // a key per thread) was as fast or faster on an H200 (Qwen3-0.6B, G = 2: 1.24 s against
+  // 1.24–1.41 s for the GRPO-shape rollout over partition/stage settings), for G = 7
+  // (Qwen2.5-0.5B) this kernel is ~5% faster (0.745–0.751 s against 0.788 s).
+  if ((D != 64 && D != 128) || Hkv <= 0 || Hq % Hkv != 0 || Hq / Hkv < 4 || Hq / Hkv > 16) return false;
+  const int64_t T = q.shape[0];
+  if (T == 0) return true;
+  DecArgs a{};
+  a.q = q.ptr<__nv_bfloat16>();
+  a.out = out.ptr<__nv_bfloat16>();
+  a.k = k_cache.ptr<__nv_bfloat16>();
+  a.v = v_cache.ptr<__nv_bfloat16>();
+  a.token_seq = meta.token_seq.ptr<int32_t>();
+  a.token_pos = meta.token_pos.ptr<int32_t>();
+  a.block_table = meta.block_table.ptr<int32_t>();
+  a.max_blocks = int(meta.block_table.shape[1]);
+  a.block_size = int(k_cache.shape[1]);
+  a.Hq = Hq;
+  a.Hkv = Hkv;
+  a.G = Hq / Hkv;
+  a.scale = 1.f / std::sqrt(float(D));
+  static const int part = [] {
+    const char* e = std::getenv("GRPO_DECODE_PART");
+    const int v = e ? std::atoi(e) : kPart;
+    return v >= kTile && v % kTile == 0 ? v : kPart;
+  }();
+  a.part = part;
+  a.n_splits = int(ceil_div(std::max(meta.max_context, 1), a.part));
+  GRPO_CHECK_MSG(a.n_splits <= 65535, "attention_paged: max_context too large for the decode kernel");
+  int64_t chunk = T;
+  if (a.n_splits > 1) {  // partials for as many tokens as the scratch holds per launch
+    ScratchAlloc sa(ctx);
+    const int64_t per_tok = int64_t(Hq) * a.n_splits * (D + 2) * int64_t(sizeof(float)) + 512;
+    chunk = std::min<int64_t>(T, int64_t(sa.left()) / per_tok);
+    GRPO_CHECK_MSG(chunk >= 1, "attention_paged: workspace too small for one token's partials");
+    a.part_acc = sa.alloc<float>(chunk * Hq * a.n_splits * D, "attention partial acc");
+    a.part_ml = sa.alloc<float>(chunk * Hq * a.n_splits * 2, "attention partial m/l");
+  }
+  chunk = std::min<int64_t>(chunk, 0x7fffffff);
+  const int ns = D == 64 ? stages_for<64>(a.G) : stages_for<128>(a.G);
+  const int per_sm = ns == 3 ? 2 : 1;
+  for (int64_t t0 = 0; t0 < T; t0 += chunk) {
+    a.tok0 = t0;
+    const int64_t n = std::min(chunk, T - t0);
+    // Blocks along z: about two waves of blocks, at most 4 partitions per block (any Z gives
+    // the same results).
+    const int64_t pairs = n * Hkv;
+    static const int waves = [] {
+      const char* e = std::getenv("GRPO_DECODE_WAVES");
+      const int v = e ? std::atoi(e) : 2;
+      return v >= 1 && v <= 16 ? v : 2;
+    }();
+    const int64_t z =
+        std::max<int64_t>(ceil_div(a.n_splits, 4), ceil_div(int64_t(sm_count()) * per_sm * waves, pairs));
+    const dim3 grid(unsigned(n), unsigned(Hkv), unsigned(std::min<int64_t>(z, a.n_splits)));
+    if (D == 64) {
+      if (ns == 3) launch_decode<64, 3>(ctx, a, grid); else launch_decode<64, 2>(ctx, a, grid);
+    } else {
+      if (ns == 3) launch_decode<128, 3>(ctx, a, grid); else launch_decode<128, 2>(ctx, a, grid);
+    }
+    if (a.n_splits > 1)
+      launch_paged_combine(ctx, DType::bf16, a.out, a.part_acc, a.part_ml, a.token_pos, T, t0, n, Hq, a.n_splits, D,
+                           a.part);
+  }
+  return true;
+}
+
+}  // namespace grpo::cuda

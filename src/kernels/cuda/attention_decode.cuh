@@ -1,0 +1,22 @@
+// Private to attention*.cu: the tensor-core paged decode kernel (attention_decode.cu) and the
+// partition combine launcher it shares with the CUDA-core paged kernel (attention.cu).
+#pragma once
+#include "kernels/attention.h"
+#include "kernels/cuda/cuda_check.cuh"
+
+namespace grpo::cuda {
+
+// attention_paged for bf16, head dim 64/128, at most 16 query heads per kv head, every query
+// token on its own; returns false (doing nothing) when the shape is not supported.
+bool attention_paged_decode_tc(Context& ctx, Tensor& out, const Tensor& q, const Tensor& k_cache,
+                               const Tensor& v_cache, const PagedAttnMeta& meta);
+
+// Merges the partition partials of tokens tok0 .. tok0+n_tok−1 in partition order (tokens whose
+// context fits one partition were written directly and are skipped): partial row of (token
+// tl of the launch, head h, partition p) is (tl·Hq + h)·n_splits + p; m in natural-log units.
+// Launched with programmatic dependent launch after the partition kernel.
+void launch_paged_combine(Context& ctx, DType dt, void* out, const float* part_acc, const float* part_ml,
+                          const int32_t* token_pos, int64_t T, int64_t tok0, int64_t n_tok, int Hq, int n_splits,
+                          int D, int part_len);
+
+}  // namespace grpo::cuda

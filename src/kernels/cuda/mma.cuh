@@ -1,0 +1,68 @@
+// Private to src/kernels/cuda/*.cu: the warp-level tensor-core and async-copy primitives
+// (sm_80+ PTX; the build targets sm_90a) shared by the tensor-core kernels:
+//   ldmatrix x4 (plain and transposed), mma.sync m16n8k16 bf16 → f32 (A row-major in 4
+//   registers, B as rows of k in 2), 16-byte cp.async with zero fill (optionally with an L2
+//   eviction policy), commit/wait groups. The asm statements that touch shared memory
+//   clobber memory so ordinary shared accesses stay on the right side of them.
+#pragma once
+#include "kernels/cuda/cuda_check.cuh"
+
+namespace grpo::cuda::tc {
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Four 8×8 b16 matrices from shared memory; lane l supplies the row address of matrix l/8.
+__device__ __forceinline__ void ldsm4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldsm4_t(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+
+// c += a·b for one m16n8k16 tile (a: 4 regs, b: 2 regs of packed bf16 pairs), f32 accumulate.
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// 16-byte global → shared copy (L2 only); !valid writes 16 zero bytes and reads nothing.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "r"(n)
+               : "memory");
+}
+// 16-byte copy carrying an L2 eviction policy (createpolicy), e.g. l2_evict_first_policy().
+__device__ __forceinline__ void cp_async16_policy(void* smem, const void* gmem, bool valid, uint64_t policy) {
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(smem_u32(smem)),
+               "l"(gmem), "r"(n), "l"(policy)
+               : "memory");
+}
+// An L2 policy that marks lines for early eviction: for data read exactly once (weights
+// streamed by a GEMV-like kernel), so that data reused by many blocks stays in L2.
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+  return p;
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+}  // namespace grpo::cuda::tc
