@@ -10,7 +10,7 @@
 // context); block z takes partitions z, z + Z, ... of its token. The last partition of the
 // launch (n_splits − 1) also takes every key past n_splits·kPart, so an underestimated
 // max_context stays correct.
-// K/V stream through a ring of NS shared-memory stages of 64 keys (cp.async, 16-byte chunks,
+// K/V stream through a ring of NS (2, 3 or 5) shared-memory stages of 64 keys (cp.async, 16-byte chunks,
 // rows padded by 16 bytes for conflict-free ldmatrix), NS − 1 tiles in flight ahead of the
 // one being computed, across the block's partitions. In each 64-key tile warp w takes keys
 // 16w..16w+15: scores S = Q·Kᵀ (2 mma n-tiles), masked past the context, online softmax in the
@@ -24,7 +24,7 @@
 // tokens of the launch, nor on Z or max_context (when it covers the token).
 // A/B switches (read once): GRPO_DECODE_TC=0 (use the CUDA-core kernel), GRPO_DECODE_PART
 // (partition length, a multiple of 64), GRPO_DECODE_WAVES (blocks along z ≈ waves × resident
-// blocks), GRPO_DECODE_STAGES (2 or 3). Measured settings: docs/BENCHMARKS.md.
+// blocks), GRPO_DECODE_STAGES (2, 3 or 5), GRPO_DECODE_MIN_G (smallest GQA group taken). Measured settings: docs/BENCHMARKS.md.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -40,6 +40,7 @@ using namespace tc;
 
 constexpr int kThreads = 128;
 constexpr int kTile = 64;   // keys per ring stage
+constexpr int kTab = 512;    // block-table entries cached in shared memory (8192 positions at block size 16)
 constexpr int kPart = 256;  // keys per partition (GRPO_DECODE_PART overrides, a multiple of 64: A/B runs)
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -64,13 +65,14 @@ struct DecCfg {
   static constexpr int LD = D + 8;          // padded shared row (elements)
   static constexpr int TS = kTile * LD;     // one K or V tile (elements)
   static constexpr size_t ring = size_t(NS) * 2 * TS * sizeof(__nv_bfloat16);
+  static constexpr size_t tab = size_t(kTab) * sizeof(int32_t);  // the token's block-table row
   static constexpr size_t q_bytes = size_t(16) * LD * sizeof(__nv_bfloat16);
   static constexpr size_t stat_bytes = size_t(4 * 16 * 2 + 32) * sizeof(float);
   // After the q fragments are in registers the q tile's space holds the merge state:
   // wm, wl (4 warps × 16 rows), sM, sL (16 rows), then red (4 warps × G × D f32).
   static size_t bytes(int G) {
     const size_t merge = stat_bytes + size_t(4) * G * D * sizeof(float);
-    return ring + (merge > q_bytes ? merge : q_bytes);
+    return ring + tab + (merge > q_bytes ? merge : q_bytes);
   }
 };
 
@@ -80,8 +82,9 @@ __global__ void __launch_bounds__(kThreads) attn_decode_tc_kernel(DecArgs a) {
   constexpr int LD = C::LD, TS = C::TS, CPR = D / 8;
   extern __shared__ __align__(16) unsigned char smraw[];
   __nv_bfloat16* ring = reinterpret_cast<__nv_bfloat16*>(smraw);  // stage s: K at 2s·TS, V at (2s+1)·TS
-  __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smraw + C::ring);
-  float* wm = reinterpret_cast<float*>(smraw + C::ring);  // reuses the q tile (see DecCfg)
+  int32_t* stab = reinterpret_cast<int32_t*>(smraw + C::ring);
+  __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smraw + C::ring + C::tab);
+  float* wm = reinterpret_cast<float*>(smraw + C::ring + C::tab);  // reuses the q tile (see DecCfg)
   float* wl = wm + 64;
   float* sM = wl + 64;
   float* sL = sM + 16;
@@ -106,6 +109,15 @@ __global__ void __launch_bounds__(kThreads) attn_decode_tc_kernel(DecArgs a) {
   }
   cp_commit();
 
+  // The token's block-table entries → shared memory once (when they fit), so issuing a tile
+  // later costs no dependent global read before its copies can start.
+  const int n_ent = (ctx_len + a.block_size - 1) / a.block_size;
+  const bool tab_in_smem = n_ent <= kTab;
+  if (tab_in_smem)
+    for (int i = tid; i < n_ent; i += kThreads) stab[i] = table[i];
+  __syncthreads();
+  auto entry = [&](int i) { return tab_in_smem ? stab[i] : table[i]; };
+
   // Keys [k0, min(k0 + 64, kend)) into ring stage `stage` (rows past kend zero-filled). The
   // block-table lookups of all of this thread's rows are done first: the cp.async below are
   // memory-ordering asm statements, so a lookup placed after one could not be hoisted.
@@ -119,7 +131,7 @@ __global__ void __launch_bounds__(kThreads) attn_decode_tc_kernel(DecArgs a) {
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       const int p = k0 + tid / CPR + i * (kThreads / CPR);
-      off[i] = p < kend ? (int64_t(table[p / a.block_size]) * a.block_size + p % a.block_size) * a.Hkv : -1;
+      off[i] = p < kend ? (int64_t(entry(p / a.block_size)) * a.block_size + p % a.block_size) * a.Hkv : -1;
     }
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
@@ -304,15 +316,25 @@ void launch_decode(Context& ctx, const DecArgs& a, dim3 grid) {
   launch_pdl(ctx, attn_decode_tc_kernel<D, NS>, grid, dim3(kThreads), smem, a);
 }
 
-// Ring depth: 3 stages (two tiles in flight) while two blocks still fit an SM, else 2.
+// Ring depth: the deepest of 5 (head dim 64), 3 and 2 stages with which two blocks still fit an
+// SM. With 5 stages and 64-key tiles a block requests a whole 256-key partition at once: decode
+// steps of the GRPO shape have about one block per SM slot, so the bytes in flight per block,
+// not the number of blocks, decide the rate (ncu, Qwen2.5-0.5B at context 330: 3 stages ran
+// at 17% of DRAM bandwidth with 10% achieved occupancy).
+constexpr size_t kTwoPerSm = 110u * 1024u;
 template <int D>
 int stages_for(int G) {
-  static const int forced = [] {  // GRPO_DECODE_STAGES=2|3 (A/B runs)
+  static const int forced = [] {  // GRPO_DECODE_STAGES=2|3|5 (A/B runs)
     const char* e = std::getenv("GRPO_DECODE_STAGES");
     return e ? std::atoi(e) : 0;
   }();
-  if (forced == 2 || forced == 3) return forced;
-  return DecCfg<D, 3>::bytes(G) <= 110u * 1024u ? 3 : 2;
+  if (forced == 2 || forced == 3 || forced == 5) return forced;
+  if (D == 64 && DecCfg<D, 5>::bytes(G) <= kTwoPerSm) return 5;
+  return DecCfg<D, 3>::bytes(G) <= kTwoPerSm ? 3 : 2;
+}
+template <int D>
+size_t decode_smem(int ns, int G) {
+  return ns == 5 ? DecCfg<D, 5>::bytes(G) : ns == 3 ? DecCfg<D, 3>::bytes(G) : DecCfg<D, 2>::bytes(G);
 }
 
 int sm_count() {
@@ -340,7 +362,12 @@ bool attention_paged_decode_tc(Context& ctx, Tensor& out, const Tensor& q, const
   // a key per thread) was as fast or faster on an H200 (Qwen3-0.6B, G = 2: 1.24 s against
   // 1.24–1.41 s for the GRPO-shape rollout over partition/stage settings), for G = 7
   // (Qwen2.5-0.5B) this kernel is ~5% faster (0.745–0.751 s against 0.788 s).
-  if ((D != 64 && D != 128) || Hkv <= 0 || Hq % Hkv != 0 || Hq / Hkv < 4 || Hq / Hkv > 16) return false;
+  static const int min_g = [] {  // GRPO_DECODE_MIN_G: smallest group size taken here (A/B runs)
+    const char* e = std::getenv("GRPO_DECODE_MIN_G");
+    const int v = e ? std::atoi(e) : 4;
+    return v >= 1 && v <= 16 ? v : 4;
+  }();
+  if ((D != 64 && D != 128) || Hkv <= 0 || Hq % Hkv != 0 || Hq / Hkv < min_g || Hq / Hkv > 16) return false;
   const int64_t T = q.shape[0];
   if (T == 0) return true;
   DecArgs a{};
@@ -376,7 +403,8 @@ bool attention_paged_decode_tc(Context& ctx, Tensor& out, const Tensor& q, const
   }
   chunk = std::min<int64_t>(chunk, 0x7fffffff);
   const int ns = D == 64 ? stages_for<64>(a.G) : stages_for<128>(a.G);
-  const int per_sm = ns == 3 ? 2 : 1;
+  const size_t smem = D == 64 ? decode_smem<64>(ns, a.G) : decode_smem<128>(ns, a.G);
+  const int per_sm = std::max(1, std::min(4, int((228u * 1024u) / (smem + 1024u))));  // resident blocks per SM
   for (int64_t t0 = 0; t0 < T; t0 += chunk) {
     a.tok0 = t0;
     const int64_t n = std::min(chunk, T - t0);
@@ -392,9 +420,13 @@ bool attention_paged_decode_tc(Context& ctx, Tensor& out, const Tensor& q, const
         std::max<int64_t>(ceil_div(a.n_splits, 4), ceil_div(int64_t(sm_count()) * per_sm * waves, pairs));
     const dim3 grid(unsigned(n), unsigned(Hkv), unsigned(std::min<int64_t>(z, a.n_splits)));
     if (D == 64) {
-      if (ns == 3) launch_decode<64, 3>(ctx, a, grid); else launch_decode<64, 2>(ctx, a, grid);
+      if (ns == 5) launch_decode<64, 5>(ctx, a, grid);
+      else if (ns == 3) launch_decode<64, 3>(ctx, a, grid);
+      else launch_decode<64, 2>(ctx, a, grid);
     } else {
-      if (ns == 3) launch_decode<128, 3>(ctx, a, grid); else launch_decode<128, 2>(ctx, a, grid);
+      if (ns == 5) launch_decode<128, 5>(ctx, a, grid);
+      else if (ns == 3) launch_decode<128, 3>(ctx, a, grid);
+      else launch_decode<128, 2>(ctx, a, grid);
     }
     if (a.n_splits > 1)
       launch_paged_combine(ctx, DType::bf16, a.out, a.part_acc, a.part_ml, a.token_pos, T, t0, n, Hq, a.n_splits, D,
