@@ -200,40 +200,14 @@ __global__ void __launch_bounds__(kThreads) attn_decode_tc_kernel(DecArgs a) {
         mma16816(s[0], qa[kk], b[0], b[1]);
         mma16816(s[1], qa[kk], b[2], b[3]);
       }
-      float mx[2] = {m[0], m[1]};
 #pragma unroll
       for (int j = 0; j < 2; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int key = kb + j * 8 + 2 * t4 + (e & 1);
           s[j][e] = key < kend ? s[j][e] * sl2 : -INFINITY;
-          mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
         }
-      float corr[2], base[2];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-        base[i] = mx[i] == -INFINITY ? 0.f : mx[i];
-        corr[i] = exp2f(m[i] - base[i]);  // m = -inf: 0
-        m[i] = mx[i];
-        l[i] *= corr[i];
-      }
-#pragma unroll
-      for (int j = 0; j < 2; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float p = exp2f(s[j][e] - base[e >> 1]);
-          s[j][e] = p;
-          l[e >> 1] += p;
-        }
-#pragma unroll
-      for (int j = 0; j < D / 8; ++j) {
-        acc[j][0] *= corr[0];
-        acc[j][1] *= corr[0];
-        acc[j][2] *= corr[1];
-        acc[j][3] *= corr[1];
-      }
+      online_softmax_step(s, m, l, acc);
       const uint32_t pa[4] = {pack_bf16(s[0][0], s[0][1]), pack_bf16(s[0][2], s[0][3]),
                               pack_bf16(s[1][0], s[1][1]), pack_bf16(s[1][2], s[1][3])};
 #pragma unroll

@@ -257,7 +257,6 @@ __device__ __forceinline__ void fwd_walk(FwdState<D>& st, const __nv_bfloat16* Q
     if (k0 <= warp_last) {  // some key of this tile is visible to some row of the warp
       float s[8][4];
       tile_qkT<D>(s, Qs, warp * 16, Kt, lane);
-      float mx[2] = {m[0], m[1]};
 #pragma unroll
       for (int j = 0; j < 8; ++j)
 #pragma unroll
@@ -266,36 +265,8 @@ __device__ __forceinline__ void fwd_walk(FwdState<D>& st, const __nv_bfloat16* Q
           const int64_t col = k0 + j * 8 + 2 * t4 + (e & 1);
           const bool ok = col >= lo[i] && col <= hi[i];
           s[j][e] = ok ? s[j][e] * sl2 : -INFINITY;
-          mx[i] = fmaxf(mx[i], s[j][e]);
         }
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-        mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-      }
-      float corr[2], base[2];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        base[i] = mx[i] == -INFINITY ? 0.f : mx[i];
-        corr[i] = exp2f(m[i] - base[i]);  // m = -inf: 0
-        m[i] = mx[i];
-        l[i] *= corr[i];
-      }
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float p = exp2f(s[j][e] - base[e >> 1]);
-          s[j][e] = p;
-          l[e >> 1] += p;
-        }
-#pragma unroll
-      for (int j = 0; j < D / 8; ++j) {
-        acc[j][0] *= corr[0];
-        acc[j][1] *= corr[0];
-        acc[j][2] *= corr[1];
-        acc[j][3] *= corr[1];
-      }
+      online_softmax_step(s, m, l, acc);
       tile_pv<D>(acc, s, Vt, lane);
     }
     __syncthreads();

@@ -65,4 +65,44 @@ __device__ __forceinline__ void cp_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// One step of the online softmax (exp2 domain) of a warp's two mma rows g and g + 8: s holds
+// the tile's scaled scores in mma C layout (masked entries -inf; NJ n8 tiles), m and l the
+// rows' running max and sum, acc their NA n8 tiles of output. On return s holds
+// p = 2^(s − m_new) (0 where masked, also when a row has seen no key yet), l and acc are
+// rescaled to m_new and l includes this tile's p. Shared by the tensor-core attention kernels.
+template <int NJ, int NA>
+__device__ __forceinline__ void online_softmax_step(float (&s)[NJ][4], float (&m)[2], float (&l)[2],
+                                                    float (&acc)[NA][4]) {
+  float mx[2] = {m[0], m[1]};
+#pragma unroll
+  for (int j = 0; j < NJ; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
+  float corr[2], base[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));  // the row's 4 lanes
+    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+    base[i] = mx[i] == -INFINITY ? 0.f : mx[i];
+    corr[i] = exp2f(m[i] - base[i]);  // m = -inf: 0
+    m[i] = mx[i];
+    l[i] *= corr[i];
+  }
+#pragma unroll
+  for (int j = 0; j < NJ; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float p = exp2f(s[j][e] - base[e >> 1]);
+      s[j][e] = p;
+      l[e >> 1] += p;
+    }
+#pragma unroll
+  for (int j = 0; j < NA; ++j) {
+    acc[j][0] *= corr[0];
+    acc[j][1] *= corr[0];
+    acc[j][2] *= corr[1];
+    acc[j][3] *= corr[1];
+  }
+}
+
 }  // namespace grpo::cuda::tc
