@@ -377,7 +377,20 @@ SmallMConfig small_m_config(int64_t N, int64_t K) {
   return c;
 }
 
-bool small_m_preferred(int64_t M, int64_t N) { return M >= 1 && M <= 16 && N <= 4096; }
+bool small_m_preferred(int64_t M, int64_t N) {
+  // GRPO_SMALL_M_MAX_M / GRPO_SMALL_M_MAX_N move the bounds (A/B runs).
+  static const int64_t max_m = [] {
+    const char* e = std::getenv("GRPO_SMALL_M_MAX_M");
+    const long v = e ? std::atol(e) : 16;
+    return v >= 1 && v <= kMaxM ? int64_t(v) : int64_t(16);
+  }();
+  static const int64_t max_n = [] {
+    const char* e = std::getenv("GRPO_SMALL_M_MAX_N");
+    const long v = e ? std::atol(e) : 4096;
+    return v >= 1 ? int64_t(v) : int64_t(4096);
+  }();
+  return M >= 1 && M <= max_m && N <= max_n;
+}
 
 bool small_m_gemm_enabled() { return enabled_flag().load(std::memory_order_relaxed); }
 void set_small_m_gemm_enabled(bool on) { enabled_flag().store(on, std::memory_order_relaxed); }
