@@ -168,16 +168,16 @@ void ModelRunner::fill_inputs(const SchedulerOutput& step, int padded_T, bool al
   upload(ctx_, d_block_table_, h_block_table_, int64_t(S_pad) * MB);
   upload(ctx_, d_logit_rows_, h_logit_rows_, int64_t(h_logit_rows_.size()));
 
-  // Prefill tiles (PagedAttnMeta::prefill_tiles) when at least half of the real tokens
-  // belong to sequences with n_new > 1: each sequence's rows (a contiguous run at
-  // positions n_computed ..) cut into runs of up to kPrefillTile rows; a one-token
-  // sequence is a one-row tile. Decode-heavy steps keep the per-token kernel, which
-  // splits long contexts over more blocks than one tile per row could. Tiles are ordered
-  // by descending key count (the kernel's work per tile), so the longest start first and
-  // the short ones fill the tail of the launch; outputs do not depend on the order.
+  // Prefill tiles (PagedAttnMeta::prefill_tiles, read by the CUDA kernels only) when at
+  // least half of the real tokens belong to sequences with n_new > 1: each sequence's rows
+  // (a contiguous run at positions n_computed ..) cut into runs of up to kPrefillTile rows;
+  // a one-token sequence is a one-row tile. Decode-heavy steps keep the per-token kernel,
+  // which splits long contexts over more blocks than one tile per row could. Tiles are
+  // ordered by descending key count (the kernel's work per tile), so the longest start
+  // first and the short ones fill the tail of the launch; outputs do not depend on the order.
   constexpr int kPrefillTile = 64;  // the tensor-core kernel's query tile height
   n_prefill_tiles_ = 0;
-  if (!allow_prefill_tiles || padded_T != T || T == 0) return;
+  if (!allow_prefill_tiles || ctx_.device() != Device::cuda || padded_T != T || T == 0) return;
   int prefill_tokens = 0;
   for (const ScheduledSeq& ss : step.seqs)
     if (ss.n_new > 1) prefill_tokens += ss.n_new;
