@@ -6,8 +6,9 @@
 //   keys at positions 0..pos of that sequence. Prefill, chunked prefill and
 //   decode all go through it. Steps that are mostly prefill may also carry a
 //   tile list (prefill_tiles): then the CUDA backend runs a tensor-core kernel
-//   over 64-row query tiles (bf16, head dim 64/128) instead of the per-token
-//   kernel; the CPU backend ignores it.
+//   over 64-row query tiles (bf16, head dim 64/128) instead of a per-token
+//   kernel (tensor-core for bf16 GQA groups of 4..16, CUDA cores otherwise);
+//   the CPU backend ignores it.
 #pragma once
 #include <vector>
 

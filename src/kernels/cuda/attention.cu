@@ -1,5 +1,9 @@
-// CUDA causal GQA attention forward, two kernels:
-//   attn_paged_kernel  the engine path (attention_paged: prefill, chunked prefill, decode)
+// CUDA causal GQA attention forward, two CUDA-core kernels and the dispatch to the tensor-core ones:
+//   attn_paged_kernel  the engine path (attention_paged: prefill, chunked prefill, decode) for what
+//                      the tensor-core kernels do not take: attention_paged tries, in order, the
+//                      prefill kernel over query tiles (attention_tc.cu; when the runner passed a
+//                      tile list), the decode kernel for GQA groups of 4..16 (attention_decode.cu),
+//                      then this one (f32, other head dims, groups < 4)
 //   attn_split_kernel  the packed training path (attention_forward), and its fallback
 // Both compute every query token by itself (no state shared between tokens), in a fixed
 // order, with no atomics: a token's output does not depend on which other tokens share
