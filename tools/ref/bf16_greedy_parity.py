@@ -73,7 +73,7 @@ def main():
         same_pos += sum(int(x == y) for x, y in zip(hf, ours))
         per_prompt.append({"agree_prefix": n, "len": len(hf), "margin_at_divergence": margin})
         print(f"prompt {i}: {n}/{len(hf)} tokens agree before divergence; margin there {margin}")
-    res = {"preset": a.preset, "prompts": a.prompts, "new_tokens": a.new,
+    res = {"preset": a.preset if not a.model else None, "model": a.model or None, "prompts": a.prompts, "new_tokens": a.new,
            "prefix_agreement_rate": agree_prefix / total, "positionwise_agreement_rate": same_pos / total,
            "margins_at_divergence": margins, "per_prompt": per_prompt,
            "transformers_loaded_our_checkpoint": True}
