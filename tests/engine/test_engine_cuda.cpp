@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <random>
 
 #include "engine/engine.h"
@@ -135,13 +134,7 @@ ModelWeights qwen_shape_host() {
   GRPO_CHECK_MSG(cfg.ok(), cfg.status().message().c_str());
   ModelWeights hw = weights_random(cfg.value(), Device::cpu, DType::f32, 77);
   float* a = hw.arena.ptr<float>();
-  for (int64_t i = 0; i < hw.arena.numel(); ++i) {  // scale, round to nearest even bf16
-    uint32_t u;
-    const float x = a[i] * 3.f;
-    std::memcpy(&u, &x, 4);
-    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-    std::memcpy(&a[i], &u, 4);
-  }
+  for (int64_t i = 0; i < hw.arena.numel(); ++i) a[i] = bf16_to_f32(f32_to_bf16(a[i] * 3.f));  // scale, to bf16
   return hw;
 }
 

@@ -682,14 +682,9 @@ inline int heads_per_block(int G) { return G <= 2 ? 2 : kMaxG; }  // two variant
 // and at most 4 partitions per block; never more than n_splits. Any value gives the same
 // results (a partition is computed the same way whichever block takes it).
 inline int paged_z(int64_t n_tok, const AttnArgs& a) {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n > 0 ? n : 1;
-  }();
+  const int64_t sms = sm_count();
   const int64_t pairs = n_tok * a.Hkv * a.n_hgroups;
-  const int64_t z = std::max(ceil_div(a.n_splits, 4), ceil_div(int64_t(sms) * 4, pairs));
+  const int64_t z = std::max(ceil_div(a.n_splits, 4), ceil_div(sms * 4, pairs));
   return int(std::min<int64_t>(z, a.n_splits));
 }
 
@@ -724,17 +719,8 @@ void run_split(Context& ctx, AttnArgs a, DType dt, int D, int64_t max_ctx, bool 
   const int part = !paged ? kPart : paged_part_of(int(dtype_size(dt)), D);
   a.n_splits = int(ceil_div(max_ctx, part));
   GRPO_CHECK_MSG(a.n_splits <= 65535 && int64_t(a.Hkv) * a.n_hgroups <= 65535, "attention: grid too large");
-  int64_t chunk = a.T;
-  if (a.n_splits > 1) {
-    ScratchAlloc sa(ctx);
-    const int64_t per_tok = int64_t(a.Hq) * a.n_splits * (D + 2) * int64_t(sizeof(float)) + 512;
-    chunk = int64_t(sa.left()) / per_tok;
-    GRPO_CHECK_MSG(chunk >= 1, "attention: workspace too small for one token's partials");
-    if (chunk > a.T) chunk = a.T;
-    a.part_acc = sa.alloc<float>(chunk * a.Hq * a.n_splits * D, "attention partial acc");
-    a.part_ml = sa.alloc<float>(chunk * a.Hq * a.n_splits * 2, "attention partial m/l");
-  }
-  if (chunk > 0x7fffffff) chunk = 0x7fffffff;
+  const int64_t chunk = a.n_splits > 1 ? alloc_partials(ctx, a.T, a.Hq, a.n_splits, D, &a.part_acc, &a.part_ml)
+                                       : std::min<int64_t>(a.T, 0x7fffffff);
   for (int64_t t0 = 0; t0 < a.T; t0 += chunk) {
     a.tok0 = t0;
     const int64_t n = a.T - t0 < chunk ? a.T - t0 : chunk;
@@ -776,6 +762,16 @@ __global__ void kv_write_scalar_kernel(T* __restrict__ kc, T* __restrict__ vc, c
 }
 
 }  // namespace
+
+int64_t alloc_partials(Context& ctx, int64_t T, int Hq, int n_splits, int D, float** part_acc, float** part_ml) {
+  ScratchAlloc sa(ctx);
+  const int64_t per_tok = int64_t(Hq) * n_splits * (D + 2) * int64_t(sizeof(float)) + 512;
+  const int64_t chunk = std::min<int64_t>({T, int64_t(sa.left()) / per_tok, 0x7fffffff});
+  GRPO_CHECK_MSG(chunk >= 1, "attention: workspace too small for one token's partials");
+  *part_acc = sa.alloc<float>(chunk * Hq * n_splits * D, "attention partial acc");
+  *part_ml = sa.alloc<float>(chunk * Hq * n_splits * 2, "attention partial m/l");
+  return chunk;
+}
 
 void launch_paged_combine(Context& ctx, DType dt, void* out, const float* part_acc, const float* part_ml,
                           const int32_t* token_pos, int64_t T_, int64_t tok0, int64_t n_tok, int Hq, int n_splits,

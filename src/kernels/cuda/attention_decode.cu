@@ -298,10 +298,7 @@ void launch_decode(Context& ctx, const DecArgs& a, dim3 grid) {
 constexpr size_t kTwoPerSm = 110u * 1024u;
 template <int D>
 int stages_for(int G) {
-  static const int forced = [] {  // GRPO_DECODE_STAGES=2|3|5 (A/B runs)
-    const char* e = std::getenv("GRPO_DECODE_STAGES");
-    return e ? std::atoi(e) : 0;
-  }();
+  static const int forced = int(env_long("GRPO_DECODE_STAGES", 0, 2, 5));  // 2|3|5 (A/B runs)
   if (forced == 2 || forced == 3 || forced == 5) return forced;
   if (D == 64 && DecCfg<D, 5>::bytes(G) <= kTwoPerSm) return 5;
   return DecCfg<D, 3>::bytes(G) <= kTwoPerSm ? 3 : 2;
@@ -311,24 +308,11 @@ size_t decode_smem(int ns, int G) {
   return ns == 5 ? DecCfg<D, 5>::bytes(G) : ns == 3 ? DecCfg<D, 3>::bytes(G) : DecCfg<D, 2>::bytes(G);
 }
 
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-    return v > 0 ? v : 1;
-  }();
-  return n;
-}
-
 }  // namespace
 
 bool attention_paged_decode_tc(Context& ctx, Tensor& out, const Tensor& q, const Tensor& k_cache,
                                const Tensor& v_cache, const PagedAttnMeta& meta) {
-  static const bool enabled = [] {  // GRPO_DECODE_TC=0: the CUDA-core kernel (A/B measurements)
-    const char* e = std::getenv("GRPO_DECODE_TC");
-    return !(e && e[0] == '0');
-  }();
+  static const bool enabled = !env_off("GRPO_DECODE_TC");  // 0: the CUDA-core kernel (A/B measurements)
   if (!enabled || q.dtype != DType::bf16) return false;
   const int D = int(q.shape[2]), Hq = int(q.shape[1]), Hkv = int(k_cache.shape[2]);
   // Groups of 4..16 query heads per kv head: the mma rows carry the group, so the scores of
@@ -336,11 +320,7 @@ bool attention_paged_decode_tc(Context& ctx, Tensor& out, const Tensor& q, const
   // a key per thread) was as fast or faster on an H200 (Qwen3-0.6B, G = 2: 1.24 s against
   // 1.24–1.41 s for the GRPO-shape rollout over partition/stage settings), for G = 7
   // (Qwen2.5-0.5B) this kernel is ~5% faster (0.745–0.751 s against 0.788 s).
-  static const int min_g = [] {  // GRPO_DECODE_MIN_G: smallest group size taken here (A/B runs)
-    const char* e = std::getenv("GRPO_DECODE_MIN_G");
-    const int v = e ? std::atoi(e) : 4;
-    return v >= 1 && v <= 16 ? v : 4;
-  }();
+  static const int min_g = int(env_long("GRPO_DECODE_MIN_G", 4, 1, 16));  // smallest group taken (A/B runs)
   if ((D != 64 && D != 128) || Hkv <= 0 || Hq % Hkv != 0 || Hq / Hkv < min_g || Hq / Hkv > 16) return false;
   const int64_t T = q.shape[0];
   if (T == 0) return true;
@@ -358,24 +338,15 @@ bool attention_paged_decode_tc(Context& ctx, Tensor& out, const Tensor& q, const
   a.Hkv = Hkv;
   a.G = Hq / Hkv;
   a.scale = 1.f / std::sqrt(float(D));
-  static const int part = [] {
-    const char* e = std::getenv("GRPO_DECODE_PART");
-    const int v = e ? std::atoi(e) : kPart;
-    return v >= kTile && v % kTile == 0 ? v : kPart;
+  static const int part = [] {  // GRPO_DECODE_PART: a multiple of 64 (A/B runs)
+    const int v = int(env_long("GRPO_DECODE_PART", kPart, kTile, 1 << 20));
+    return v % kTile == 0 ? v : kPart;
   }();
   a.part = part;
   a.n_splits = int(ceil_div(std::max(meta.max_context, 1), a.part));
   GRPO_CHECK_MSG(a.n_splits <= 65535, "attention_paged: max_context too large for the decode kernel");
-  int64_t chunk = T;
-  if (a.n_splits > 1) {  // partials for as many tokens as the scratch holds per launch
-    ScratchAlloc sa(ctx);
-    const int64_t per_tok = int64_t(Hq) * a.n_splits * (D + 2) * int64_t(sizeof(float)) + 512;
-    chunk = std::min<int64_t>(T, int64_t(sa.left()) / per_tok);
-    GRPO_CHECK_MSG(chunk >= 1, "attention_paged: workspace too small for one token's partials");
-    a.part_acc = sa.alloc<float>(chunk * Hq * a.n_splits * D, "attention partial acc");
-    a.part_ml = sa.alloc<float>(chunk * Hq * a.n_splits * 2, "attention partial m/l");
-  }
-  chunk = std::min<int64_t>(chunk, 0x7fffffff);
+  const int64_t chunk = a.n_splits > 1 ? alloc_partials(ctx, T, Hq, a.n_splits, D, &a.part_acc, &a.part_ml)
+                                       : std::min<int64_t>(T, 0x7fffffff);
   const int ns = D == 64 ? stages_for<64>(a.G) : stages_for<128>(a.G);
   const size_t smem = D == 64 ? decode_smem<64>(ns, a.G) : decode_smem<128>(ns, a.G);
   const int per_sm = std::max(1, std::min(4, int((228u * 1024u) / (smem + 1024u))));  // resident blocks per SM
@@ -385,11 +356,7 @@ bool attention_paged_decode_tc(Context& ctx, Tensor& out, const Tensor& q, const
     // Blocks along z: about two waves of blocks, at most 4 partitions per block (any Z gives
     // the same results).
     const int64_t pairs = n * Hkv;
-    static const int waves = [] {
-      const char* e = std::getenv("GRPO_DECODE_WAVES");
-      const int v = e ? std::atoi(e) : 2;
-      return v >= 1 && v <= 16 ? v : 2;
-    }();
+    static const int waves = int(env_long("GRPO_DECODE_WAVES", 2, 1, 16));
     const int64_t z =
         std::max<int64_t>(ceil_div(a.n_splits, 4), ceil_div(int64_t(sm_count()) * per_sm * waves, pairs));
     const dim3 grid(unsigned(n), unsigned(Hkv), unsigned(std::min<int64_t>(z, a.n_splits)));

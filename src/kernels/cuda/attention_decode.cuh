@@ -11,6 +11,11 @@ namespace grpo::cuda {
 bool attention_paged_decode_tc(Context& ctx, Tensor& out, const Tensor& q, const Tensor& k_cache,
                                const Tensor& v_cache, const PagedAttnMeta& meta);
 
+// Carves the (acc, m, l) partials of as many tokens as the scratch holds (at most T) out of the
+// workspace, for n_splits partitions of Hq heads of head dim D, and returns that token count
+// (the tokens per launch). Aborts with a message naming the workspace when not even one fits.
+int64_t alloc_partials(Context& ctx, int64_t T, int Hq, int n_splits, int D, float** part_acc, float** part_ml);
+
 // Merges the partition partials of tokens tok0 .. tok0+n_tok−1 in partition order (tokens whose
 // context fits one partition were written directly and are skipped): partial row of (token
 // tl of the launch, head h, partition p) is (tl·Hq + h)·n_splits + p; m in natural-log units.

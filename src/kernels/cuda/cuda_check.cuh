@@ -13,6 +13,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -73,16 +74,43 @@ __device__ __forceinline__ void pdl_wait() {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
 }
+// A/B switches from the environment (callers read them once, into a static): env_off is
+// true when the variable is set to something starting with '0'; env_long is its value
+// when set and within [lo, hi], else def.
+inline bool env_off(const char* name) {
+  const char* e = std::getenv(name);
+  return e && e[0] == '0';
+}
+inline long env_long(const char* name, long def, long lo, long hi) {
+  const char* e = std::getenv(name);
+  if (!e) return def;
+  const long v = std::atol(e);
+  return v >= lo && v <= hi ? v : def;
+}
 inline bool pdl_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("GRPO_PDL");
-    return !(e && e[0] == '0');
-  }();
+  static const bool on = !env_off("GRPO_PDL");
   return on;
 }
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline cudaStream_t stream_of(const Context& ctx) { return static_cast<cudaStream_t>(ctx.stream()); }
+// Streaming multiprocessors of the current device (cached per device).
+inline int sm_count() {
+  static std::atomic<int> cache[64];
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  const bool slot = dev >= 0 && dev < 64;
+  if (slot) {
+    const int c = cache[dev].load(std::memory_order_relaxed);
+    if (c > 0) return c;
+  }
+  int c = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, dev));
+  if (c < 1) c = 1;
+  if (slot) cache[dev].store(c, std::memory_order_relaxed);
+  return c;
+}
+
 // Launches kernel<<<grid, block, smem, ctx's stream>>>(args...) with programmatic stream
 // serialization (see pdl_wait above).
 template <class... KArgs, class... Args>

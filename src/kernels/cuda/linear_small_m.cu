@@ -336,26 +336,8 @@ void launch_m(const SmallMArgs& a, int64_t n_tiles, cudaStream_t stream) {
   }
 }
 
-// SM count of the current device, cached per device.
-int sm_count() {
-  static std::atomic<int> cache[64];
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev >= 0 && dev < 64) {
-    const int c = cache[dev].load(std::memory_order_relaxed);
-    if (c > 0) return c;
-  }
-  int c = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, dev));
-  if (dev >= 0 && dev < 64) cache[dev].store(c, std::memory_order_relaxed);
-  return c;
-}
-
 std::atomic<bool>& enabled_flag() {
-  static std::atomic<bool> flag{[] {
-    const char* e = std::getenv("GRPO_SMALL_M_GEMM");
-    return !(e && std::strcmp(e, "0") == 0);
-  }()};
+  static std::atomic<bool> flag{!env_off("GRPO_SMALL_M_GEMM")};
   return flag;
 }
 
@@ -379,16 +361,8 @@ SmallMConfig small_m_config(int64_t N, int64_t K) {
 
 bool small_m_preferred(int64_t M, int64_t N) {
   // GRPO_SMALL_M_MAX_M / GRPO_SMALL_M_MAX_N move the bounds (A/B runs).
-  static const int64_t max_m = [] {
-    const char* e = std::getenv("GRPO_SMALL_M_MAX_M");
-    const long v = e ? std::atol(e) : 16;
-    return v >= 1 && v <= kMaxM ? int64_t(v) : int64_t(16);
-  }();
-  static const int64_t max_n = [] {
-    const char* e = std::getenv("GRPO_SMALL_M_MAX_N");
-    const long v = e ? std::atol(e) : 4096;
-    return v >= 1 ? int64_t(v) : int64_t(4096);
-  }();
+  static const int64_t max_m = env_long("GRPO_SMALL_M_MAX_M", 16, 1, kMaxM);
+  static const int64_t max_n = env_long("GRPO_SMALL_M_MAX_N", 4096, 1, INT_MAX);
   return M >= 1 && M <= max_m && N <= max_n;
 }
 
