@@ -38,6 +38,7 @@ int main() {
 #include "core/tensor.h"
 #include "kernels/attention.h"
 #include "kernels/cuda/linear_small_m.h"
+#include "kernels/cuda/linear_wgmma.h"
 #include "kernels/linear.h"
 #include "kernels/logprob.h"
 #include "kernels/sampling.h"
@@ -279,7 +280,30 @@ int main(int argc, char** argv) {
             std::snprintf(line, sizeof line, " %d/%d %.2f", nt, split, ms * 1e3);
             l += line;
           }
+        // The Hopper wgmma/TMA kernel (linear_wgmma.cu): its heuristic's configuration on this line
+        // and in the table, every nt/split (default ring depth) on a line of its own; -1 = declined.
+        auto wgmma = [&](cuda::WgmmaGemmConfig c) {
+          if (!cuda::linear_wgmma(ctx, y, x, ws[0], b, gs.accumulate, c)) return -1e-3;
+          return time_ms(ctx, [&](int i) { cuda::linear_wgmma(ctx, y, x, ws[size_t(i) % ws.size()], b, gs.accumulate, c); });
+        };
+        const cuda::WgmmaGemmConfig wh = cuda::wgmma_gemm_config(gs.N, gs.K);
+        const double wg_ms = wgmma({});
+        std::snprintf(line, sizeof line, " | wgmma %d/%d/%d %.2f us", wh.nt, wh.split, wh.stages, wg_ms * 1e3);
+        l += line;
         sweep_lines.push_back(l);
+        if (wg_ms > 0) {
+          rows.push_back({tag + " wgmma nt=" + std::to_string(wh.nt) + " split=" + std::to_string(wh.split) +
+                              " stages=" + std::to_string(wh.stages),
+                          "GB/s", wg_ms, wbytes / (wg_ms * 1e6), copy_gbs});
+          std::string lw = "  wgmma nt/split:";
+          for (int nt : {64, 128, 256})
+            for (int split : {1, 2, 4, 8}) {
+              if (split > (gs.K + 63) / 64) continue;
+              std::snprintf(line, sizeof line, " %d/%d %.2f", nt, split, wgmma({nt, split}) * 1e3);
+              lw += line;
+            }
+          sweep_lines.push_back(lw);
+        }
       }
     }
     cuda::set_small_m_gemm_enabled(was_enabled);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Hyperparameter sweep of the embedded default (examples/default.toml) on the GPU, where
 # one 60-step run takes ~2 s in f32 with the same curve as the CPU. Prints the eval curve
-# of each variant. Usage: bash tools/device/demo_sweep.sh  (binary: build-static/grpo)
+# of each variant. Usage: bash tools/device/demo_sweep.sh [VARIANTS_FILE]  (binary: build-static/grpo)
 set -uo pipefail
 B=${BUILD:-build-static}
 [ -f .carry/bin.tar.xz ] && tar xJf .carry/bin.tar.xz
@@ -21,6 +21,8 @@ variants=(
   "--set train.steps=80 --set train.lr=1e-3 --set train.lr_schedule=cosine --set train.warmup_steps=5"
   "--set rollout.num_generations=32 --set rollout.prompts_per_step=16 --set train.lr=5e-4"
 )
+# A file argument replaces the list above: one variant (the --set flags) per line.
+if [ $# -ge 1 ]; then mapfile -t variants < "$1"; fi
 i=0
 mkdir -p /tmp/sweep
 for v in "${variants[@]}"; do

@@ -407,6 +407,9 @@ __global__ void __launch_bounds__(kThreads, MG == 2 ? 6 : 4) attn_paged_kernel(A
   const int32_t* table = a.block_table + int64_t(seq) * a.max_blocks;
   const T* kc = static_cast<const T*>(a.k);
   const T* vc = static_cast<const T*>(a.v);
+  // Programmatic dependent launch: the step's positions and block tables were uploaded before
+  // the previous kernel ran; q and the newest keys/values are its output.
+  pdl_wait();
 
   {  // q of the ng heads (contiguous in (T,Hq,D)) → shared f32
     const T* q = static_cast<const T*>(a.q) + (tok * a.Hq + qh0) * D;
@@ -665,7 +668,7 @@ void launch_paged_g(Context& ctx, const AttnArgs& a, dim3 grid) {
       set_on.fetch_or(bit, std::memory_order_relaxed);
     }
   }
-  attn_paged_kernel<T, D, MG><<<grid, kThreads, smem, stream_of(ctx)>>>(a);
+  launch_pdl(ctx, attn_paged_kernel<T, D, MG>, grid, dim3(kThreads), smem, a);
 }
 
 template <class T, int D, int MG>

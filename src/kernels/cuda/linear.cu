@@ -13,6 +13,7 @@
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/linear_small_m.h"
+#include "kernels/cuda/linear_wgmma.h"
 #include "kernels/linear.h"
 
 namespace grpo::cuda {
@@ -76,6 +77,12 @@ __global__ void __launch_bounds__(256) bias_grad_kernel(float* __restrict__ db, 
     for (int g = 0; g < 8; ++g) t += part[g][cx];
     db[col] += t;
   }
+}
+
+bool wgmma_preferred(int64_t N) {
+  static const bool on = !env_off("GRPO_WGMMA_GEMM");
+  static const int64_t max_n = env_long("GRPO_WGMMA_MAX_N", int64_t(1) << 30, 1, int64_t(1) << 30);
+  return on && N <= max_n;
 }
 
 }  // namespace
@@ -179,6 +186,10 @@ void linear_forward(Context& ctx, Tensor& out, const Tensor& x, const Tensor& w,
   // measured faster (small_m_preferred), unless GRPO_SMALL_M_GEMM=0 or it does not apply.
   if (out.dtype == DType::bf16 && small_m_gemm_enabled() && small_m_preferred(M, N) &&
       linear_small_m(ctx, out, x, w, bias, accumulate))
+    return;
+  // The wgmma + TMA kernel of linear_wgmma.cu for the other decode-sized bf16 products
+  // (GRPO_WGMMA_GEMM=0 turns it off; GRPO_WGMMA_MAX_N bounds N, for A/B runs).
+  if (out.dtype == DType::bf16 && M <= 64 && wgmma_preferred(N) && linear_wgmma(ctx, out, x, w, bias, accumulate))
     return;
   gemm(ctx, out.data, out.dtype, N, x.data, K, false, w.data, K, true, x.dtype, M, N, K, 1.f,
        accumulate ? 1.f : 0.f, epi_bias);

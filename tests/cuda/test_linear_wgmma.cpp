@@ -1,0 +1,319 @@
+// The Hopper wgmma/TMA decode GEMM (kernels/cuda/linear_wgmma.cu) against the CPU
+// linear_forward on the same bf16-rounded inputs (f32 reference), plus the properties a
+// dispatch would rely on: a row's output does not depend on M or on the other rows, runs are
+// bitwise repeatable, the tile width nt and the ring depth change no bit, the persistent tile
+// loop (split = 1, more tiles than resident blocks) gives the same bits as one tile per block,
+// CUDA-graph replay gives the same bits, and unsupported inputs are declined.
+// Skipped without a CUDA device and on devices other than sm_90 (the kernel is sm_90a code).
+//
+// Error bound per element (see within_bound), as in test_cuda_linear_small_m.cpp: the kernel
+// sums in f32 and rounds once to bf16 (unit roundoff u = 2^-8), so |got − ref| <= u·|ref| +
+// (f32 summation error). The summation error of K products is far below 1e-4·Σ|x||w|, the
+// slack allowed on top (Σ|x||w| comes from the CPU op on |x|, |w|). A lost or doubled 64-wide
+// K chunk, a wrong swizzle or a misplaced fragment moves an output by ~8·σ(x)σ(w) or more,
+// orders of magnitude above both terms. An f32 bias is added after a first rounding (as on
+// the cuBLASLt path), which adds u·|x·w| to the bound.
+#include "cuda_test_util.h"
+
+#ifdef GRPO_HAVE_CUDA
+#include <cstring>
+
+#include "kernels/cuda/linear_wgmma.h"
+#include "kernels/linear.h"
+
+using namespace grpo;
+using namespace grpo::cudatest;
+
+namespace {
+
+#define GRPO_SKIP_WITHOUT_WGMMA()                                                                      \
+  do {                                                                                                 \
+    GRPO_SKIP_WITHOUT_CUDA();                                                                          \
+    if (!cuda::wgmma_gemm_available()) GTEST_SKIP() << "linear_wgmma needs an sm_90 device (H100/H200)"; \
+  } while (0)
+
+enum class Bias { none, bf16, f32 };
+
+struct Case {
+  int64_t N, K;
+  Bias bias;
+  bool accumulate;
+};
+
+std::string case_name(const Case& c, int64_t M) {
+  return "M=" + std::to_string(M) + " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) +
+         (c.bias == Bias::bf16 ? " bias bf16" : c.bias == Bias::f32 ? " bias f32" : "") +
+         (c.accumulate ? " accumulate" : "");
+}
+std::string cfg_name(const cuda::WgmmaGemmConfig& g) {
+  return " nt=" + std::to_string(g.nt) + " split=" + std::to_string(g.split) + " stages=" + std::to_string(g.stages);
+}
+
+std::vector<float> absv(std::vector<float> v) {
+  for (float& x : v) x = std::fabs(x);
+  return v;
+}
+
+::testing::AssertionResult within_bound(const std::string& name, const std::vector<float>& got,
+                                        const std::vector<float>& ref, const std::vector<float>& bound) {
+  if (got.size() != ref.size())
+    return ::testing::AssertionFailure() << name << ": size " << got.size() << " != " << ref.size();
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = std::fabs(double(got[i]) - double(ref[i]));
+    if (!(d <= bound[i]))
+      return ::testing::AssertionFailure() << name << ": index " << i << " got " << got[i] << ", ref " << ref[i]
+                                           << ", |diff| " << d << " > bound " << bound[i];
+  }
+  return ::testing::AssertionSuccess();
+}
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b, size_t n) {
+  return a.size() >= n && b.size() >= n && std::memcmp(a.data(), b.data(), n * sizeof(float)) == 0;
+}
+
+// Inputs for up to 64 rows (smaller M use a prefix of the rows) and the f32 reference.
+struct Problem {
+  Case c;
+  std::vector<float> x, w, b, old;  // bf16-rounded values
+  Tensor gx, gw, gb;
+
+  Problem(const Case& cs, uint32_t seed) : c(cs) {
+    x = rounded(randn(size_t(64 * c.K), seed), DType::bf16);
+    w = rounded(randn(size_t(c.N * c.K), seed + 1, 0.05f), DType::bf16);
+    b = rounded(randn(size_t(c.N), seed + 2), DType::bf16);
+    old = rounded(randn(size_t(64 * c.N), seed + 3), DType::bf16);
+    gx = dev(x, DType::bf16, {64, c.K});
+    gw = dev(w, DType::bf16, {c.N, c.K});
+    if (c.bias != Bias::none) gb = dev(b, c.bias == Bias::f32 ? DType::f32 : DType::bf16, {c.N});
+  }
+
+  // Device output for the first M rows: the old values when accumulating, NaN otherwise.
+  Tensor out(int64_t M) const {
+    if (!c.accumulate) return poisoned(DType::bf16, {M, c.N});
+    return dev(std::vector<float>(old.begin(), old.begin() + M * c.N), DType::bf16, {M, c.N});
+  }
+  Tensor xs(int64_t M) const { return gx.slice0(0, M); }
+  const Tensor* bias() const { return c.bias == Bias::none ? nullptr : &gb; }
+
+  // Reference values and per-element bounds for the first M rows.
+  void reference(int64_t M, std::vector<float>& ref, std::vector<float>& bound) {
+    std::vector<float> xm(x.begin(), x.begin() + M * c.K), pre(size_t(M * c.N)), mag(size_t(M * c.N));
+    std::vector<float> ax = absv(xm), aw = absv(w);
+    Tensor hx = host(xm, {M, c.K}), hw = host(w, {c.N, c.K}), hp = host(pre, {M, c.N});
+    Tensor hax = host(ax, {M, c.K}), haw = host(aw, {c.N, c.K}), hm = host(mag, {M, c.N});
+    cpu::linear_forward(cpu_ctx(), hp, hx, hw, nullptr, false);
+    cpu::linear_forward(cpu_ctx(), hm, hax, haw, nullptr, false);
+    ref.resize(pre.size());
+    bound.resize(pre.size());
+    const double u = 1.0 / 256;
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < c.N; ++n) {
+        const size_t i = size_t(m * c.N + n);
+        double r = pre[i], s = mag[i];
+        if (c.accumulate) {
+          r += old[i];
+          s += std::fabs(old[i]);
+        }
+        double extra = 0;
+        if (c.bias != Bias::none) {
+          if (c.bias == Bias::f32) extra = u * std::fabs(r);  // the first rounding, before the bias
+          r += b[size_t(n)];
+          s += std::fabs(b[size_t(n)]);
+        }
+        ref[i] = float(r);
+        bound[i] = float(1.01 * (u * std::fabs(r) + extra) + 1e-4 * s);
+      }
+  }
+};
+
+std::vector<float> run_wgmma(Problem& p, int64_t M, cuda::WgmmaGemmConfig cfg = {}) {
+  Tensor o = p.out(M);
+  Tensor x = p.xs(M);
+  EXPECT_TRUE(cuda::linear_wgmma(gpu_ctx(), o, x, p.gw, p.bias(), p.c.accumulate, cfg))
+      << "linear_wgmma declined " << case_name(p.c, M) << cfg_name(cfg);
+  return fetch(o);
+}
+
+const Case kCases[] = {
+    {1152, 896, Bias::bf16, false},    // Qwen2.5-0.5B qkv
+    {896, 896, Bias::none, true},      // Qwen2.5-0.5B o, accumulating into the residual
+    {9728, 896, Bias::none, false},    // Qwen2.5-0.5B gate_up
+    {896, 4864, Bias::none, true},     // Qwen2.5-0.5B down
+    {8232, 896, Bias::none, false},    // LM head with a reduced vocabulary (8192 + 40: a partial tile)
+    {4096, 1024, Bias::none, false},   // Qwen3-0.6B qkv
+    {1024, 2048, Bias::none, true},    // Qwen3-0.6B o
+    {6144, 1024, Bias::none, false},   // Qwen3-0.6B gate_up
+    {1024, 3072, Bias::none, true},    // Qwen3-0.6B down
+    {1000, 904, Bias::f32, false},     // N not a multiple of any tile, K = 14 chunks + 8 columns, f32 bias
+    {99, 72, Bias::bf16, true},        // N % 4 != 0 (scalar epilogue), N smaller than every tile
+    {40, 64, Bias::none, false},       // N smaller than every tile (a clamped TMA box), K one chunk
+};
+const int64_t kMs[] = {1, 7, 16, 33, 64};
+
+}  // namespace
+
+// Every M of every case with the heuristic's configuration against the CPU reference; rows
+// bitwise equal to the M = 64 run's first rows; a repeated run bitwise equal.
+TEST(CudaLinearWgmma, MatchesCpuAndIsBatchInvariant) {
+  GRPO_SKIP_WITHOUT_WGMMA();
+  uint32_t seed = 500;
+  for (const Case& c : kCases) {
+    Problem p(c, seed += 10);
+    const cuda::WgmmaGemmConfig h = cuda::wgmma_gemm_config(c.N, c.K);
+    const std::vector<float> full = run_wgmma(p, 64);
+    EXPECT_TRUE(bitwise_equal(run_wgmma(p, 64), full, full.size())) << "repeat differs: " << case_name(c, 64) << cfg_name(h);
+    for (int64_t M : kMs) {
+      const std::string name = case_name(c, M) + cfg_name(h);
+      const std::vector<float> got = M == 64 ? full : run_wgmma(p, M);
+      std::vector<float> ref, bound;
+      p.reference(M, ref, bound);
+      EXPECT_TRUE(within_bound(name, got, ref, bound));
+      EXPECT_TRUE(bitwise_equal(got, full, size_t(M * c.N))) << "rows depend on M: " << name;
+    }
+  }
+}
+
+// Every tile width × split (and the default, a shallow and a deep ring): correct; within one
+// split neither nt nor the ring depth changes a bit. The heuristic's choices for the Qwen
+// shapes are valid configurations.
+TEST(CudaLinearWgmma, AllConfigurations) {
+  GRPO_SKIP_WITHOUT_WGMMA();
+  const Case cases[] = {{1152, 896, Bias::bf16, true}, {1000, 904, Bias::f32, false}, {100, 72, Bias::none, false}};
+  uint32_t seed = 700;
+  for (const Case& c : cases) {
+    Problem p(c, seed += 10);
+    for (int64_t M : {int64_t(5), int64_t(64)}) {
+      std::vector<float> ref, bound;
+      p.reference(M, ref, bound);
+      for (int split : {1, 2, 4, 8}) {
+        std::vector<float> first;
+        for (int nt : {64, 128, 256}) {
+          const int deep = nt == 64 ? 12 : nt == 128 ? 8 : 5;
+          for (int stages : {0, 2, deep}) {
+            const cuda::WgmmaGemmConfig g{nt, split, stages};
+            const std::string name = case_name(c, M) + cfg_name(g);
+            const std::vector<float> got = run_wgmma(p, M, g);
+            EXPECT_TRUE(within_bound(name, got, ref, bound));
+            if (first.empty()) first = got;
+            else EXPECT_TRUE(bitwise_equal(got, first, got.size())) << "nt or stages changed bits: " << name;
+          }
+        }
+      }
+    }
+  }
+  const int64_t shapes[][2] = {{1152, 896}, {896, 896},   {9728, 896}, {896, 4864},  {151936, 896},
+                               {4096, 1024}, {1024, 2048}, {6144, 1024}, {1024, 3072}};
+  for (const auto& s : shapes) {
+    const cuda::WgmmaGemmConfig h = cuda::wgmma_gemm_config(s[0], s[1]);
+    EXPECT_TRUE(h.nt == 64 || h.nt == 128 || h.nt == 256) << "N=" << s[0] << " K=" << s[1] << cfg_name(h);
+    EXPECT_TRUE(h.split == 1 || h.split == 2 || h.split == 4 || h.split == 8) << "N=" << s[0] << cfg_name(h);
+    EXPECT_TRUE(h.stages >= 2 && h.stages <= 16) << "N=" << s[0] << cfg_name(h);
+  }
+}
+
+// split = 1 with more tiles than resident blocks: each block walks several tiles with one TMA
+// ring (a deep ring leaves one block per SM). Same bits as a shallow ring (many resident blocks,
+// one tile each where they fit), correct against the CPU, and independent of M.
+TEST(CudaLinearWgmma, PersistentTileLoop) {
+  GRPO_SKIP_WITHOUT_WGMMA();
+  // 626 tiles of 64 (157 of 256), 8 chunks each: with one block per SM every block walks several
+  // tiles and its ring (12, 8 or 5 stages) refills across tile boundaries.
+  const Case c{40008, 512, Bias::bf16, true};
+  Problem p(c, 900);
+  for (int64_t M : {int64_t(3), int64_t(64)}) {
+    std::vector<float> ref, bound;
+    p.reference(M, ref, bound);
+    std::vector<float> first;
+    for (const cuda::WgmmaGemmConfig g : {cuda::WgmmaGemmConfig{64, 1, 2}, cuda::WgmmaGemmConfig{64, 1, 12},
+                                          cuda::WgmmaGemmConfig{128, 1, 8}, cuda::WgmmaGemmConfig{256, 1, 5},
+                                          cuda::WgmmaGemmConfig{}}) {
+      const std::string name = case_name(c, M) + cfg_name(g);
+      const std::vector<float> got = run_wgmma(p, M, g);
+      EXPECT_TRUE(within_bound(name, got, ref, bound));
+      if (first.empty()) first = got;
+      else if (g.nt != 0 || cuda::wgmma_gemm_config(c.N, c.K).split == 1)
+        EXPECT_TRUE(bitwise_equal(got, first, got.size())) << "tile walk changed bits: " << name;
+    }
+  }
+}
+
+// The launches can be captured into a CUDA graph (a cluster launch and a persistent one) and
+// replay to the same bits as direct calls.
+TEST(CudaLinearWgmma, GraphReplay) {
+  GRPO_SKIP_WITHOUT_WGMMA();
+  Problem p({1152, 896, Bias::bf16, false}, 950);
+  Problem q({40008, 128, Bias::none, true}, 960);
+  const cuda::WgmmaGemmConfig cluster_cfg{64, 4, 0}, persistent_cfg{64, 1, 12};
+  const std::vector<float> direct_p = run_wgmma(p, 64, cluster_cfg);
+  const std::vector<float> direct_q = run_wgmma(q, 64, persistent_cfg);
+  Tensor op = p.out(64), oq = q.out(64);
+  Tensor xp = p.xs(64), xq = q.xs(64);
+  auto st = static_cast<cudaStream_t>(gpu_ctx().stream());
+  gpu_ctx().synchronize();
+  ASSERT_EQ(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  const bool used_p = cuda::linear_wgmma(gpu_ctx(), op, xp, p.gw, p.bias(), false, cluster_cfg);
+  // The accumulating launch reads oq: replaying twice would add twice, so it is captured once
+  // and replayed once, on a fresh copy of the old values.
+  const bool used_q = cuda::linear_wgmma(gpu_ctx(), oq, xq, q.gw, q.bias(), true, persistent_cfg);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(st, &graph), cudaSuccess);
+  ASSERT_TRUE(used_p);
+  ASSERT_TRUE(used_q);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
+  EXPECT_TRUE(bitwise_equal(fetch(op), direct_p, direct_p.size()));
+  EXPECT_TRUE(bitwise_equal(fetch(oq), direct_q, direct_q.size()));
+  ASSERT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);  // op again (overwritten, same bits)
+  EXPECT_TRUE(bitwise_equal(fetch(op), direct_p, direct_p.size()));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+// Where the kernel does not apply it declines and leaves the output alone.
+TEST(CudaLinearWgmma, DeclinesUnsupported) {
+  GRPO_SKIP_WITHOUT_WGMMA();
+  const int64_t N = 40;
+  {  // M = 65 rows
+    const int64_t M = 65, K = 64;
+    Tensor x = dev(rounded(randn(size_t(M * K), 1), DType::bf16), DType::bf16, {M, K});
+    Tensor w = dev(rounded(randn(size_t(N * K), 2), DType::bf16), DType::bf16, {N, K});
+    Tensor o = poisoned(DType::bf16, {M, N});
+    EXPECT_FALSE(cuda::linear_wgmma(gpu_ctx(), o, x, w, nullptr, false));
+  }
+  {  // f32 operands
+    const int64_t M = 4, K = 64;
+    Tensor x = dev(randn(size_t(M * K), 3), DType::f32, {M, K}), w = dev(randn(size_t(N * K), 4), DType::f32, {N, K});
+    Tensor o = poisoned(DType::f32, {M, N});
+    EXPECT_FALSE(cuda::linear_wgmma(gpu_ctx(), o, x, w, nullptr, false));
+  }
+  for (const int64_t K : {int64_t(70), int64_t(40)}) {  // K % 8 != 0; K below one 64-wide chunk
+    const int64_t M = 5;
+    Tensor x = dev(rounded(randn(size_t(M * K), 5), DType::bf16), DType::bf16, {M, K});
+    Tensor w = dev(rounded(randn(size_t(N * K), 6), DType::bf16), DType::bf16, {N, K});
+    Tensor o = poisoned(DType::bf16, {M, N});
+    EXPECT_FALSE(cuda::linear_wgmma(gpu_ctx(), o, x, w, nullptr, false)) << "K=" << K;
+  }
+  {  // x not 16-byte aligned (a view starting one element into a buffer)
+    const int64_t M = 4, K = 64;
+    Tensor buf = dev(rounded(randn(size_t(M * K + 8), 7), DType::bf16), DType::bf16, {M * K + 8});
+    Tensor x = tensor_borrow(static_cast<char*>(buf.data) + 2, DType::bf16, Device::cuda, {M, K});
+    Tensor w = dev(rounded(randn(size_t(N * K), 8), DType::bf16), DType::bf16, {N, K});
+    Tensor o = poisoned(DType::bf16, {M, N});
+    EXPECT_FALSE(cuda::linear_wgmma(gpu_ctx(), o, x, w, nullptr, false));
+  }
+  {  // a bias of the wrong length
+    const int64_t M = 4, K = 64;
+    Tensor x = dev(rounded(randn(size_t(M * K), 9), DType::bf16), DType::bf16, {M, K});
+    Tensor w = dev(rounded(randn(size_t(N * K), 10), DType::bf16), DType::bf16, {N, K});
+    Tensor b = dev(rounded(randn(size_t(N + 8), 11), DType::bf16), DType::bf16, {N + 8});
+    Tensor o = poisoned(DType::bf16, {M, N});
+    EXPECT_FALSE(cuda::linear_wgmma(gpu_ctx(), o, x, w, &b, false));
+    const std::vector<float> after = fetch(o);
+    for (float v : after) ASSERT_TRUE(std::isnan(v)) << "a declined call wrote the output";
+  }
+}
+
+#else
+TEST(CudaLinearWgmma, NotBuilt) { GTEST_SKIP() << "built without CUDA"; }
+#endif
