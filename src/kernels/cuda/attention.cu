@@ -394,6 +394,7 @@ __global__ void __launch_bounds__(kThreads, MG == 2 ? 6 : 4) attn_paged_kernel(A
   float* s_c = s_l + MG;
 
   pdl_trigger();  // the combine grid may be scheduled once every block has started
+  pdl_wait();     // launched with launch_pdl: q and the newest K/V come from the previous kernel
   const int64_t tok = a.tok0 + blockIdx.x;
   const int kh = blockIdx.y / a.n_hgroups;
   const int qh0 = kh * a.G + (blockIdx.y % a.n_hgroups) * MG;
@@ -407,9 +408,6 @@ __global__ void __launch_bounds__(kThreads, MG == 2 ? 6 : 4) attn_paged_kernel(A
   const int32_t* table = a.block_table + int64_t(seq) * a.max_blocks;
   const T* kc = static_cast<const T*>(a.k);
   const T* vc = static_cast<const T*>(a.v);
-  // Programmatic dependent launch: the step's positions and block tables were uploaded before
-  // the previous kernel ran; q and the newest keys/values are its output.
-  pdl_wait();
 
   {  // q of the ng heads (contiguous in (T,Hq,D)) → shared f32
     const T* q = static_cast<const T*>(a.q) + (tok * a.Hq + qh0) * D;
