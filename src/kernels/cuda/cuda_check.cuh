@@ -111,21 +111,39 @@ inline int sm_count() {
   return c;
 }
 
-// Launches kernel<<<grid, block, smem, ctx's stream>>>(args...) with programmatic stream
-// serialization (see pdl_wait above).
+// Launches kernel<<<grid, block, smem, stream>>>(args...) with programmatic stream serialization
+// (see pdl_wait above; unless GRPO_PDL=0) and, for cluster_x > 1, 1-D thread-block clusters of
+// cluster_x blocks (grid.x a multiple of it).
 template <class... KArgs, class... Args>
-void launch_pdl(const Context& ctx, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, Args&&... args) {
+void launch_pdl_on(cudaStream_t stream, unsigned cluster_x, void (*kernel)(KArgs...), dim3 grid, dim3 block,
+                   size_t smem, Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream_of(ctx);
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
+  if (pdl_enabled()) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  if (cluster_x > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = cluster_x;
+    attr[n].val.clusterDim.y = 1;
+    attr[n].val.clusterDim.z = 1;
+    ++n;
+  }
   cfg.attrs = attr;
-  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  cfg.numAttrs = n;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+// The same on ctx's stream, without clusters.
+template <class... KArgs, class... Args>
+void launch_pdl(const Context& ctx, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, Args&&... args) {
+  launch_pdl_on(stream_of(ctx), 1u, kernel, grid, block, smem, std::forward<Args>(args)...);
 }
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 

@@ -44,6 +44,7 @@
 #include <cstring>
 
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/linear_epilogue.cuh"
 #include "kernels/cuda/mma.cuh"
 
 namespace grpo::cuda {
@@ -63,7 +64,6 @@ constexpr int kLds = kKC + 8; // shared-memory row stride in bf16 (144 bytes)
 constexpr int kMaxSplit = 8;  // portable cluster size limit
 constexpr int kMaxM = 64;
 
-enum BiasKind : int { kNoBias = 0, kBiasBf16 = 1, kBiasF32 = 2 };
 
 struct SmallMArgs {
   const __nv_bfloat16* x;
@@ -89,45 +89,6 @@ constexpr int stages() {
 template <int MT, int NT>
 constexpr size_t smem_bytes() {
   return size_t(stages<MT, NT>()) * (NT + MT) * kLds * sizeof(__nv_bfloat16);
-}
-
-// Adds the optional old output and bias to 4 consecutive outputs (m, n..n+3), rounds and
-// stores them (fewer at the end of a row when N % 4 != 0).
-__device__ __forceinline__ void epilogue_store(const SmallMArgs& a, float (&v)[4], int m, int n) {
-  __nv_bfloat16* o = a.out + int64_t(m) * a.N + n;
-  const bool vec = (a.N & 3) == 0;  // then n + 3 < N and o is 8-byte aligned
-  const int cnt = vec ? 4 : min(4, a.N - n);
-  if (a.accumulate) {
-    if (vec) {
-      const uint2 r = *reinterpret_cast<const uint2*>(o);
-      v[0] += __uint_as_float(r.x << 16);
-      v[1] += __uint_as_float(r.x & 0xffff0000u);
-      v[2] += __uint_as_float(r.y << 16);
-      v[3] += __uint_as_float(r.y & 0xffff0000u);
-    } else {
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        if (j < cnt) v[j] += __bfloat162float(o[j]);
-    }
-  }
-  if (a.bias_kind == kBiasBf16) {
-    const __nv_bfloat16* b = static_cast<const __nv_bfloat16*>(a.bias) + n;
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      if (j < cnt) v[j] += __bfloat162float(b[j]);
-  } else if (a.bias_kind == kBiasF32) {
-    const float* b = static_cast<const float*>(a.bias) + n;
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      if (j < cnt) v[j] = __bfloat162float(__float2bfloat16_rn(v[j])) + b[j];
-  }
-  if (vec) {
-    *reinterpret_cast<uint2*>(o) = make_uint2(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]));
-  } else {
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      if (j < cnt) o[j] = __float2bfloat16_rn(v[j]);
-  }
 }
 
 template <int MT, int NT>
@@ -302,28 +263,9 @@ void launch(const SmallMArgs& a, int64_t n_tiles, cudaStream_t stream) {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     attr_done.fetch_or(bit, std::memory_order_acq_rel);
   }
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(n_tiles * a.split), 1, 1);
-  cfg.blockDim = dim3(2 * NT, 1, 1);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
-  unsigned n_attr = 0;
-  if (pdl_enabled()) {  // see the prologue of the kernel and cuda_check.cuh
-    attr[n_attr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n_attr].val.programmaticStreamSerializationAllowed = 1;
-    ++n_attr;
-  }
-  if (a.split > 1) {
-    attr[n_attr].id = cudaLaunchAttributeClusterDimension;
-    attr[n_attr].val.clusterDim.x = unsigned(a.split);
-    attr[n_attr].val.clusterDim.y = 1;
-    attr[n_attr].val.clusterDim.z = 1;
-    ++n_attr;
-  }
-  cfg.attrs = attr;
-  cfg.numAttrs = n_attr;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
+  // Programmatic dependent launch (see the kernel's prologue) and split-K clusters.
+  launch_pdl_on(stream, unsigned(a.split), kernel, dim3(unsigned(n_tiles * a.split), 1, 1), dim3(2 * NT, 1, 1), smem,
+                a);
 }
 
 template <int NT>

@@ -66,6 +66,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/linear_epilogue.cuh"
 #include "kernels/cuda/mma.cuh"
 
 // wgmma exists on sm_90a only (not on plain sm_90, nor on later architectures).
@@ -92,7 +93,6 @@ constexpr size_t kAlignSlack = 1024;           // the ring is aligned to the 102
 constexpr size_t kMaxDynSmem = 227u * 1024u;   // sm_90 opt-in limit per block
 constexpr size_t kSmPerSm = 228u * 1024u;      // shared memory per SM (occupancy estimate)
 
-enum BiasKind : int { kNoBias = 0, kBiasBf16 = 1, kBiasF32 = 2 };
 
 struct WgArgs {
   __nv_bfloat16* out;
@@ -289,57 +289,6 @@ __device__ __forceinline__ void wgmma_bf16<256>(float (&d)[128], uint64_t da, ui
 template <int N>
 __device__ __forceinline__ void wgmma_bf16(float (&)[N / 2], uint64_t, uint64_t) {}
 #endif
-
-// Adds the optional old output and bias to E (2 or 4) consecutive outputs (m, n..n+E-1),
-// rounds and stores them (fewer at the end of a row when N % E != 0). Per element the same
-// operations, in the same order, as linear_small_m's epilogue_store.
-template <int E>
-__device__ __forceinline__ void epilogue_store(const WgArgs& a, float (&v)[E], int m, int n) {
-  static_assert(E == 2 || E == 4, "2 or 4 outputs");
-  __nv_bfloat16* o = a.out + int64_t(m) * a.N + n;
-  const bool vec = (a.N % E) == 0;  // then n + E - 1 < N and o is 2·E-byte aligned
-  const int cnt = vec ? E : min(E, a.N - n);
-  if (a.accumulate) {
-    if (vec) {
-      if constexpr (E == 4) {
-        const uint2 r = *reinterpret_cast<const uint2*>(o);
-        v[0] += __uint_as_float(r.x << 16);
-        v[1] += __uint_as_float(r.x & 0xffff0000u);
-        v[2] += __uint_as_float(r.y << 16);
-        v[3] += __uint_as_float(r.y & 0xffff0000u);
-      } else {
-        const uint32_t r = *reinterpret_cast<const uint32_t*>(o);
-        v[0] += __uint_as_float(r << 16);
-        v[1] += __uint_as_float(r & 0xffff0000u);
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < E; ++j)
-        if (j < cnt) v[j] += __bfloat162float(o[j]);
-    }
-  }
-  if (a.bias_kind == kBiasBf16) {
-    const __nv_bfloat16* b = static_cast<const __nv_bfloat16*>(a.bias) + n;
-#pragma unroll
-    for (int j = 0; j < E; ++j)
-      if (j < cnt) v[j] += __bfloat162float(b[j]);
-  } else if (a.bias_kind == kBiasF32) {
-    const float* b = static_cast<const float*>(a.bias) + n;
-#pragma unroll
-    for (int j = 0; j < E; ++j)
-      if (j < cnt) v[j] = __bfloat162float(__float2bfloat16_rn(v[j])) + b[j];
-  }
-  if (vec) {
-    if constexpr (E == 4)
-      *reinterpret_cast<uint2*>(o) = make_uint2(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]));
-    else
-      *reinterpret_cast<uint32_t*>(o) = pack_bf16x2(v[0], v[1]);
-  } else {
-#pragma unroll
-    for (int j = 0; j < E; ++j)
-      if (j < cnt) o[j] = __float2bfloat16_rn(v[j]);
-  }
-}
 
 // Accumulator fragment of wgmma m64nNk16 with f32 D (PTX ISA, "Register fragment D"): thread t
 // of the warpgroup (warp w = t / 32, lane l) holds, for j = 0 .. N/8-1,
@@ -628,28 +577,9 @@ void launch(const CUtensorMap& tw, const CUtensorMap& tx, WgArgs a, cudaStream_t
   int64_t grid = int64_t(a.n_tiles) * a.split;
   if (a.split == 1) grid = std::min<int64_t>(a.n_tiles, int64_t(sm_count()) * blocks_per_sm<NT>(a.stages));
   GRPO_CHECK_MSG(grid >= 1 && grid <= INT_MAX, "linear_wgmma: grid size out of range");
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(grid), 1, 1);
-  cfg.blockDim = dim3(kThreads, 1, 1);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
-  unsigned n_attr = 0;
-  if (pdl_enabled()) {  // see the prologue of the kernel and cuda_check.cuh
-    attr[n_attr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n_attr].val.programmaticStreamSerializationAllowed = 1;
-    ++n_attr;
-  }
-  if (a.split > 1) {
-    attr[n_attr].id = cudaLaunchAttributeClusterDimension;
-    attr[n_attr].val.clusterDim.x = unsigned(a.split);
-    attr[n_attr].val.clusterDim.y = 1;
-    attr[n_attr].val.clusterDim.z = 1;
-    ++n_attr;
-  }
-  cfg.attrs = attr;
-  cfg.numAttrs = n_attr;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, linear_wgmma_kernel<NT>, tw, tx, a));
+  // Programmatic dependent launch (see the kernel's prologue) and split-K clusters.
+  launch_pdl_on(stream, unsigned(a.split), linear_wgmma_kernel<NT>, dim3(unsigned(grid), 1, 1), dim3(kThreads, 1, 1),
+                smem, tw, tx, a);
 }
 
 // Ring depth for a block that streams `items` chunks (INT_MAX: a persistent block):

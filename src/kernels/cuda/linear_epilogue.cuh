@@ -1,0 +1,63 @@
+// The epilogue shared by the decode GEMM kernels (linear_small_m.cu, linear_wgmma.cu), identical in
+// semantics and rounding to linear_forward's cuBLASLt path:
+//   v = Σ x·w [+ out_old] [+ bf16 bias] in f32, one rounding to bf16; an f32 bias is added after
+//   that rounding and rounded again (the cuBLASLt path adds an f32 bias with a separate kernel).
+#pragma once
+#include "kernels/cuda/cuda_check.cuh"
+
+namespace grpo::cuda {
+
+enum GemmBiasKind : int { kNoBias = 0, kBiasBf16 = 1, kBiasF32 = 2 };
+
+// Adds the optional old output and bias to E (2 or 4) consecutive outputs (m, n..n+E-1),
+// rounds and stores them (fewer at the end of a row when N % E != 0). A: the kernel's argument
+// struct with out (bf16, row stride N), N, accumulate, bias and bias_kind.
+template <int E, class A>
+__device__ __forceinline__ void epilogue_store(const A& a, float (&v)[E], int m, int n) {
+  static_assert(E == 2 || E == 4, "2 or 4 outputs");
+  __nv_bfloat16* o = a.out + int64_t(m) * a.N + n;
+  const bool vec = (a.N % E) == 0;  // then n + E - 1 < N and o is 2·E-byte aligned
+  const int cnt = vec ? E : min(E, a.N - n);
+  if (a.accumulate) {
+    if (vec) {
+      if constexpr (E == 4) {
+        const uint2 r = *reinterpret_cast<const uint2*>(o);
+        v[0] += __uint_as_float(r.x << 16);
+        v[1] += __uint_as_float(r.x & 0xffff0000u);
+        v[2] += __uint_as_float(r.y << 16);
+        v[3] += __uint_as_float(r.y & 0xffff0000u);
+      } else {
+        const uint32_t r = *reinterpret_cast<const uint32_t*>(o);
+        v[0] += __uint_as_float(r << 16);
+        v[1] += __uint_as_float(r & 0xffff0000u);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < E; ++j)
+        if (j < cnt) v[j] += __bfloat162float(o[j]);
+    }
+  }
+  if (a.bias_kind == kBiasBf16) {
+    const __nv_bfloat16* b = static_cast<const __nv_bfloat16*>(a.bias) + n;
+#pragma unroll
+    for (int j = 0; j < E; ++j)
+      if (j < cnt) v[j] += __bfloat162float(b[j]);
+  } else if (a.bias_kind == kBiasF32) {
+    const float* b = static_cast<const float*>(a.bias) + n;
+#pragma unroll
+    for (int j = 0; j < E; ++j)
+      if (j < cnt) v[j] = __bfloat162float(__float2bfloat16_rn(v[j])) + b[j];
+  }
+  if (vec) {
+    if constexpr (E == 4)
+      *reinterpret_cast<uint2*>(o) = make_uint2(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]));
+    else
+      *reinterpret_cast<uint32_t*>(o) = pack_bf16x2(v[0], v[1]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < E; ++j)
+      if (j < cnt) o[j] = __float2bfloat16_rn(v[j]);
+  }
+}
+
+}  // namespace grpo::cuda
