@@ -60,4 +60,25 @@ __device__ __forceinline__ void epilogue_store(const A& a, float (&v)[E], int m,
   }
 }
 
+// Split-K reduction through distributed shared memory: v = the float4 at `off` of the partial
+// tiles of ranks 0, 1, .., split-1, summed in that order (part[q]: rank q's tile, S >= split).
+template <int S>
+__device__ __forceinline__ void sum_ranks(const float* (&part)[S], int split, int off, float (&v)[4]) {
+  float4 s = *reinterpret_cast<const float4*>(part[0] + off);
+#pragma unroll
+  for (int q = 1; q < S; ++q) {
+    if (q < split) {
+      const float4 t = *reinterpret_cast<const float4*>(part[q] + off);
+      s.x += t.x;
+      s.y += t.y;
+      s.z += t.z;
+      s.w += t.w;
+    }
+  }
+  v[0] = s.x;
+  v[1] = s.y;
+  v[2] = s.z;
+  v[3] = s.w;
+}
+
 }  // namespace grpo::cuda

@@ -461,18 +461,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int m = e / kQuadsPerRow, nl = (e % kQuadsPerRow) * 4, n = n0 + nl;
     if (n >= a.N) continue;
     const int off = m * kLdt + nl;
-    float4 s = *reinterpret_cast<const float4*>(part[0] + off);
-#pragma unroll
-    for (int q = 1; q < kMaxSplit; ++q) {
-      if (q < a.split) {
-        const float4 t = *reinterpret_cast<const float4*>(part[q] + off);
-        s.x += t.x;
-        s.y += t.y;
-        s.z += t.z;
-        s.w += t.w;
-      }
-    }
-    float v[4] = {s.x, s.y, s.z, s.w};
+    float v[4];
+    sum_ranks(part, a.split, off, v);
     epilogue_store<4>(a, v, m, n);
   }
   cluster.sync();  // peers may still be reading this block's tile
