@@ -303,20 +303,9 @@ void set_small_m_gemm_enabled(bool on) { enabled_flag().store(on, std::memory_or
 
 bool linear_small_m(Context& ctx, Tensor& out, const Tensor& x, const Tensor& w, const Tensor* bias, bool accumulate,
                     SmallMConfig cfg) {
-  if (x.dtype != DType::bf16 || w.dtype != DType::bf16 || out.dtype != DType::bf16) return false;
-  if (x.ndim != 2 || w.ndim != 2 || out.ndim != 2) return false;
-  const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
-  if (w.shape[1] != K || out.shape[0] != M || out.shape[1] != N) return false;
-  if (M < 1 || M > kMaxM || N < 1 || K < 8 || K % 8 != 0) return false;
-  if (N > INT_MAX - 128 || K > INT_MAX - kKC) return false;  // int indices in the kernel
-  if (!aligned16(x.data) || !aligned16(w.data) || !aligned16(out.data)) return false;
   int bias_kind = kNoBias;
-  if (bias) {
-    if (bias->numel() != N || !aligned16(bias->data)) return false;
-    if (bias->dtype == DType::bf16) bias_kind = kBiasBf16;
-    else if (bias->dtype == DType::f32) bias_kind = kBiasF32;
-    else return false;
-  }
+  if (!decode_gemm_applies(out, x, w, bias, 8, 128, &bias_kind)) return false;
+  const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
 
   const SmallMConfig h = (cfg.nt == 0 || cfg.split == 0) ? small_m_config(N, K) : SmallMConfig{};
   const int nt = cfg.nt ? cfg.nt : h.nt, split = cfg.split ? cfg.split : h.split;

@@ -657,21 +657,9 @@ bool wgmma_gemm_available() { return device_is_sm90() && tensor_map_encoder() !=
 
 bool linear_wgmma(Context& ctx, Tensor& out, const Tensor& x, const Tensor& w, const Tensor* bias, bool accumulate,
                   WgmmaGemmConfig cfg) {
-  if (x.dtype != DType::bf16 || w.dtype != DType::bf16 || out.dtype != DType::bf16) return false;
-  if (x.ndim != 2 || w.ndim != 2 || out.ndim != 2) return false;
+  int bias_kind = kNoBias;  // K >= one 64-wide chunk: no TMA box exceeds the tensor
+  if (!decode_gemm_applies(out, x, w, bias, kKC, 256, &bias_kind) || !wgmma_gemm_available()) return false;
   const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
-  if (w.shape[1] != K || out.shape[0] != M || out.shape[1] != N) return false;
-  if (M < 1 || M > kMaxM || N < 1 || K < kKC || K % 8 != 0) return false;
-  if (N > INT_MAX - 256 || K > INT_MAX - kKC) return false;  // int indices and TMA coordinates
-  if (!aligned16(x.data) || !aligned16(w.data) || !aligned16(out.data)) return false;
-  int bias_kind = kNoBias;
-  if (bias) {
-    if (bias->numel() != N || !aligned16(bias->data)) return false;
-    if (bias->dtype == DType::bf16) bias_kind = kBiasBf16;
-    else if (bias->dtype == DType::f32) bias_kind = kBiasF32;
-    else return false;
-  }
-  if (!wgmma_gemm_available()) return false;
 
   const bool explicit_cfg = cfg.nt != 0 && cfg.split != 0;
   const WgmmaGemmConfig h = explicit_cfg ? WgmmaGemmConfig{} : wgmma_gemm_config(N, K);
