@@ -10,6 +10,9 @@
 //   small-M     decode GEMMs of Qwen2.5-0.5B and Qwen3-0.6B at M = 64 and 16: cuBLASLt vs
 //               the small-M kernel (linear_small_m.cu) in GB/s of weight bytes, plus a sweep
 //               of its tile configurations (printed after the table, for the heuristic)
+//   gate+swiglu the MLP's gate/up projection + SwiGLU at M = 64 for both presets: unfused
+//               (linear_forward + swiglu_forward) against the fused wgmma kernel
+//               (linear_swiglu_forward), in GB/s of weight bytes
 //   logprob     fused LM head + logsumexp forward (2·N·C·V flop) and backward (6·N·C·V)
 //   sampling    sample_tokens on (B, V) f32 logits with and without top-p/top-k
 // Prints a table and writes the JSON of docs/DESIGN §6 (path: argv[1], default
@@ -39,6 +42,7 @@ int main() {
 #include "kernels/attention.h"
 #include "kernels/cuda/linear_small_m.h"
 #include "kernels/cuda/linear_wgmma.h"
+#include "kernels/elementwise.h"
 #include "kernels/linear.h"
 #include "kernels/logprob.h"
 #include "kernels/sampling.h"
@@ -307,6 +311,40 @@ int main(int argc, char** argv) {
       }
     }
     cuda::set_small_m_gemm_enabled(was_enabled);
+  }
+
+  // Gate/up projection + SwiGLU at M = 64: the two ops against the fused kernel (the decode
+  // step's path), weights rotating over enough copies that every call reads them from HBM.
+  {
+    struct MlpShape {
+      const char* name;
+      int64_t C, F;
+    };
+    const bool was_on = cuda::fused_gate_swiglu_enabled();
+    for (const MlpShape& ms : {MlpShape{"Qwen2.5", 896, 4864}, MlpShape{"Qwen3", 1024, 3072}}) {
+      const int64_t M = 64;
+      const double wbytes = double(2 * ms.F) * double(ms.C) * 2;
+      const int64_t copies = std::min<int64_t>(64, std::max<int64_t>(1, int64_t(2.0 * prop.l2CacheSize / wbytes) + 1));
+      std::vector<Tensor> ws;
+      ws.push_back(randt(DType::bf16, {2 * ms.F, ms.C}, 400, 0.05f));
+      for (int64_t i = 1; i < copies; ++i) ws.push_back(clone(ws[0]));
+      Tensor x = randt(DType::bf16, {M, ms.C}, 401);
+      Tensor gu = tensor_empty(Device::cuda, DType::bf16, {M, 2 * ms.F}), act = tensor_empty(Device::cuda, DType::bf16, {M, ms.F});
+      const std::string tag = std::string("gate_up+swiglu ") + ms.name + " M=64 C=" + std::to_string(ms.C) +
+                              " F=" + std::to_string(ms.F);
+      const double un_ms = time_ms(ctx, [&](int i) {
+        cuda::linear_forward(ctx, gu, x, ws[size_t(i) % ws.size()], nullptr, false);
+        cuda::swiglu_forward(ctx, act, gu);
+      });
+      cuda::set_fused_gate_swiglu_enabled(true);
+      const double fu_ms = time_ms(ctx, [&](int i) { linear_swiglu_forward(ctx, act, gu, x, ws[size_t(i) % ws.size()]); });
+      cuda::set_fused_gate_swiglu_enabled(was_on);
+      const cuda::WgmmaGemmConfig g = cuda::wgmma_gated_config(ms.F, ms.C);
+      rows.push_back({tag + " unfused", "GB/s", un_ms, wbytes / (un_ms * 1e6), copy_gbs});
+      rows.push_back({tag + " fused nt=" + std::to_string(g.nt) + " split=" + std::to_string(g.split) +
+                          " stages=" + std::to_string(g.stages),
+                      "GB/s", fu_ms, wbytes / (fu_ms * 1e6), copy_gbs});
+    }
   }
 
   // Fused logprob forward/backward.

@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
   std::string preset = "qwen2.5-0.5b", workload = "grpo", device = "cuda", dtype = "bf16", out_dir = "bench/results";
   double kv_gb = 24;
   bool graphs = true;
-  int max_seqs = 256, max_batched = 8192;
+  int max_seqs = 256, max_batched = 8192, graph_ctx = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -75,10 +75,11 @@ int main(int argc, char** argv) {
     else if (a == "--no-graphs") graphs = false;
     else if (a == "--max-seqs") max_seqs = std::stoi(next());
     else if (a == "--max-batched") max_batched = std::stoi(next());
+    else if (a == "--graph-max-context") graph_ctx = std::stoi(next());
     else if (a == "--out-dir") out_dir = next();
     else {
       std::fprintf(stderr, "usage: bench_rollout [--preset P] [--workload grpo|nanovllm] [--device cuda|cpu] "
-                           "[--dtype bf16|f32] [--kv-gb G] [--no-graphs] [--max-seqs N] [--max-batched N]\n");
+                           "[--dtype bf16|f32] [--kv-gb G] [--no-graphs] [--max-seqs N] [--max-batched N] [--graph-max-context N]\n");
       return 2;
     }
   }
@@ -99,6 +100,7 @@ int main(int argc, char** argv) {
   eo.max_num_seqs = max_seqs;
   eo.max_num_batched_tokens = max_batched;
   eo.use_cuda_graphs = graphs && co.device == Device::cuda;
+  eo.cuda_graph_max_context = graph_ctx;
   eo.seed = 7;
   Engine engine(ctx, w, nullptr, eo);
 

@@ -4,6 +4,7 @@
 #include "kernels/linear.h"
 
 #include "kernels/dispatch.h"
+#include "kernels/elementwise.h"
 #include "kernels/validate.h"
 
 namespace grpo {
@@ -43,6 +44,29 @@ void linear_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Ten
     GRPO_CHECK_NUMEL(*db, w.shape[0]);
   }
   GRPO_DISPATCH(ctx, linear_backward, ctx, dx, dw, db, dout, x, w, accumulate_dx);
+}
+
+void linear_swiglu_forward(Context& ctx, Tensor& act, Tensor& gate_up_scratch, const Tensor& x,
+                           const Tensor& w_gate_up) {
+  GRPO_CHECK_ACT(ctx, act);
+  GRPO_CHECK_ACT(ctx, gate_up_scratch);
+  GRPO_CHECK_ACT(ctx, x);
+  GRPO_CHECK_ACT(ctx, w_gate_up);
+  GRPO_CHECK_MSG(x.ndim == 2 && w_gate_up.ndim == 2 && x.shape[1] == w_gate_up.shape[1] && w_gate_up.shape[0] % 2 == 0,
+                 "linear_swiglu_forward: x (M,K), w_gate_up (2F,K)");
+  const int64_t M = x.shape[0], F = w_gate_up.shape[0] / 2;
+  GRPO_CHECK_SHAPE2(act, M, F);
+  GRPO_CHECK_SHAPE2(gate_up_scratch, M, 2 * F);
+  GRPO_CHECK_MSG(w_gate_up.dtype == x.dtype && act.dtype == x.dtype && gate_up_scratch.dtype == x.dtype,
+                 "linear_swiglu_forward: x, w_gate_up, act and gate_up must share a dtype");
+#ifdef GRPO_HAVE_CUDA
+  if (ctx.device() != Device::cpu) {
+    cuda::linear_swiglu_forward(ctx, act, gate_up_scratch, x, w_gate_up);
+    return;
+  }
+#endif
+  linear_forward(ctx, gate_up_scratch, x, w_gate_up, nullptr, false);
+  swiglu_forward(ctx, act, gate_up_scratch);
 }
 
 }  // namespace grpo

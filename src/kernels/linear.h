@@ -15,3 +15,23 @@
 namespace grpo { GRPO_LINEAR_OPS }
 namespace grpo::cpu { GRPO_LINEAR_OPS }
 namespace grpo::cuda { GRPO_LINEAR_OPS }
+
+namespace grpo {
+// The MLP's gate/up projection and SwiGLU:
+//   act (M,F) = silu(g)·u,  [g | u] = x (M,K) · w_gate_up (2F,K)ᵀ,
+// i.e. linear_forward(gate_up, x, w_gate_up) then swiglu_forward(act, gate_up). On CUDA, for
+// bf16 with M <= 64 where linear_forward would use the wgmma kernel, one fused kernel
+// (linear_wgmma_swiglu) computes act without writing gate_up, bit for bit what the two ops
+// give (GRPO_FUSED_GATE_SWIGLU=0 turns it off); otherwise, CPU included, it runs the two ops
+// and gate_up (M,2F) holds the pre-activations. Callers must not read gate_up afterwards.
+void linear_swiglu_forward(Context& ctx, Tensor& act, Tensor& gate_up_scratch, const Tensor& x,
+                           const Tensor& w_gate_up);
+}  // namespace grpo
+namespace grpo::cuda {
+void linear_swiglu_forward(Context& ctx, Tensor& act, Tensor& gate_up_scratch, const Tensor& x,
+                           const Tensor& w_gate_up);
+// GRPO_FUSED_GATE_SWIGLU (read once; "0" disables), or the value set by
+// set_fused_gate_swiglu_enabled (benchmarks and tests A/B both paths).
+bool fused_gate_swiglu_enabled();
+void set_fused_gate_swiglu_enabled(bool on);
+}  // namespace grpo::cuda

@@ -147,8 +147,7 @@ void transformer_forward(Context& ctx, const ModelWeights& w, KVCache& cache, co
     Tensor out2 = out->view({T, Hq * D});
     linear_forward(ctx, x, out2, L.wo, nullptr, true);  // x += attention output
     rmsnorm_forward(ctx, xn, nullptr, x, L.mlp_norm, eps);
-    linear_forward(ctx, gate_up, xn, L.w_gate_up, nullptr, false);
-    swiglu_forward(ctx, act, gate_up);
+    linear_swiglu_forward(ctx, act, gate_up, xn, L.w_gate_up);  // act = swiglu(xn · w_gate_upᵀ)
     linear_forward(ctx, x, act, L.w_down, nullptr, true);  // x += MLP output
   }
   if (R == 0) return;

@@ -7,6 +7,9 @@
 //            db  db (N) f32 += Σ_rows dout                      (own kernel, fixed order)
 // bf16 operands accumulate in f32 (CUBLAS_COMPUTE_32F); f32 operands use
 // CUBLAS_COMPUTE_32F as well, which never uses TF32.
+// linear_swiglu_forward (gate/up projection + SwiGLU) runs linear_wgmma_swiglu where
+// linear_forward would have used linear_wgmma, else linear_forward + swiglu_forward.
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -14,6 +17,7 @@
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/linear_small_m.h"
 #include "kernels/cuda/linear_wgmma.h"
+#include "kernels/elementwise.h"
 #include "kernels/linear.h"
 
 namespace grpo::cuda {
@@ -83,6 +87,11 @@ bool wgmma_preferred(int64_t N) {
   static const bool on = !env_off("GRPO_WGMMA_GEMM");
   static const int64_t max_n = env_long("GRPO_WGMMA_MAX_N", int64_t(1) << 30, 1, int64_t(1) << 30);
   return on && N <= max_n;
+}
+
+std::atomic<bool>& fused_gate_flag() {
+  static std::atomic<bool> f{!env_off("GRPO_FUSED_GATE_SWIGLU")};
+  return f;
 }
 
 }  // namespace
@@ -205,6 +214,26 @@ void linear_forward(Context& ctx, Tensor& out, const Tensor& x, const Tensor& w,
     });
     CUDA_CHECK_LAUNCH();
   }
+}
+
+bool fused_gate_swiglu_enabled() { return fused_gate_flag().load(std::memory_order_relaxed); }
+void set_fused_gate_swiglu_enabled(bool on) { fused_gate_flag().store(on, std::memory_order_relaxed); }
+
+void linear_swiglu_forward(Context& ctx, Tensor& act, Tensor& gate_up_scratch, const Tensor& x,
+                           const Tensor& w_gate_up) {
+  const int64_t M = x.shape[0], N = w_gate_up.shape[0];  // N = 2F
+  // The fused kernel only where linear_forward would run linear_wgmma on (M, N): bf16, M <= 64,
+  // not sent to linear_small_m (small_m_preferred; where that kernel would decline, the
+  // unfused path is taken anyway, which is still exact), the wgmma switches allow N, and
+  // linear_wgmma applies (linear_wgmma_swiglu checks the same conditions on x, w and act,
+  // plus F % 32 == 0; the alignment linear_wgmma requires of its `out` is checked here). The
+  // gated heuristic keeps wgmma_gemm_config(N, K)'s split, so the bits are the same either way.
+  const bool plain_uses_wgmma = x.dtype == DType::bf16 && M >= 1 && M <= 64 &&
+                                !(small_m_gemm_enabled() && small_m_preferred(M, N)) && wgmma_preferred(N) &&
+                                aligned16(gate_up_scratch.data);
+  if (fused_gate_swiglu_enabled() && plain_uses_wgmma && linear_wgmma_swiglu(ctx, act, x, w_gate_up)) return;
+  cuda::linear_forward(ctx, gate_up_scratch, x, w_gate_up, nullptr, false);
+  cuda::swiglu_forward(ctx, act, gate_up_scratch);
 }
 
 void linear_backward(Context& ctx, Tensor* dx, Tensor* dw, Tensor* db, const Tensor& dout, const Tensor& x,

@@ -85,6 +85,32 @@ __device__ __forceinline__ void epilogue_store(const A& a, float (&v)[E], int m,
   }
 }
 
+// The gated (SwiGLU) epilogue of linear_wgmma_swiglu: E (2 or 4) consecutive outputs
+// act (m, n..n+E-1) from the f32 sums of their gate (g) and up (u) columns. g and u are first
+// rounded to bf16 exactly as epilogue_store rounds a plain GEMM output (no old output, no bias:
+// one round-to-nearest-even), then combined with swiglu_fwd_vec_kernel's arithmetic
+// (elementwise.cu): silu(g)·u = __fmul_rn(g / (1 + expf(-g)), u) in f32, rounded to bf16 once.
+// So act is bit for bit what the plain GEMM followed by swiglu_forward stores. A: the kernel's
+// argument struct with out (bf16, row stride N = F); N % E == 0 and n % E == 0 (the gated
+// kernel needs F % 32 == 0), so the stores are whole, aligned vectors.
+template <int E, class A>
+__device__ __forceinline__ void swiglu_epilogue_store(const A& a, const float (&g)[E], const float (&u)[E], int m,
+                                                      int n) {
+  static_assert(E == 2 || E == 4, "2 or 4 outputs");
+  float o[E];
+#pragma unroll
+  for (int j = 0; j < E; ++j) {
+    const float gr = __bfloat162float(__float2bfloat16_rn(g[j]));
+    const float ur = __bfloat162float(__float2bfloat16_rn(u[j]));
+    o[j] = __fmul_rn(gr / (1.f + expf(-gr)), ur);
+  }
+  __nv_bfloat16* p = a.out + int64_t(m) * a.N + n;
+  if constexpr (E == 4)
+    *reinterpret_cast<uint2*>(p) = make_uint2(pack_bf16x2(o[0], o[1]), pack_bf16x2(o[2], o[3]));
+  else
+    *reinterpret_cast<uint32_t*>(p) = pack_bf16x2(o[0], o[1]);
+}
+
 // Split-K reduction through distributed shared memory: v = the float4 at `off` of the partial
 // tiles of ranks 0, 1, .., split-1, summed in that order (part[q]: rank q's tile, S >= split).
 template <int S>

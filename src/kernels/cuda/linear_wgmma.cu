@@ -54,6 +54,15 @@
 // Epilogue, identical to linear_small_m's (and linear_forward's cuBLASLt path):
 // v = Σ x·w [+ out_old] [+ bf16 bias] in f32, one rounding to bf16; an f32 bias is added after
 // that rounding and rounded again.
+//
+// Gated variant (linear_wgmma_swiglu, the decode step's gate/up projection + SwiGLU): the same
+// kernel with GATED = true. A block owns H = NT/2 columns of act (M,F); each stage's B tile is
+// the H gate rows and the H matching up rows of w_gate_up (two TMA boxes, one mbarrier), so
+// a block streams exactly the bytes of a plain NT-wide block (same stage size, ring depth,
+// shared memory, registers: one m64nNT accumulator holding gate columns in [0,H) and up
+// columns in [H,NT)). Its epilogue rounds gate and up to bf16 as the plain epilogue would
+// store them and applies swiglu_forward's arithmetic, so act equals linear_wgmma (same split)
+// followed by swiglu_forward bit for bit, and gate_up is never written. Requires F % H == 0.
 #include "kernels/cuda/linear_wgmma.h"
 
 #include <cooperative_groups.h>
@@ -101,8 +110,9 @@ struct WgArgs {
   int accumulate;
   int M, N, K;
   int n_chunks;    // ceil(K / kKC)
-  int n_tiles;     // ceil(N / NT)
-  int w_box_rows;  // rows of the w TMA box: min(NT, N)
+  int n_tiles;     // ceil(N / NT); gated: F / (NT/2)
+  int w_box_rows;  // rows of the w TMA box: min(NT, N); gated: NT/2 (two boxes per stage)
+  int up_row0;     // gated: first w row of the up half (F); unused otherwise
   int split;       // blocks per cluster along K
   int stages;      // ring depth S
   int data_bytes;  // bytes of the ring region (>= the split > 1 partial tile); mbarriers follow it
@@ -294,12 +304,24 @@ __device__ __forceinline__ void wgmma_bf16(float (&)[N / 2], uint64_t, uint64_t)
 // of the warpgroup (warp w = t / 32, lane l) holds, for j = 0 .. N/8-1,
 //   d[4j + 0], d[4j + 1]: row 16w + l/4,     columns 8j + 2·(l%4) + {0, 1}
 //   d[4j + 2], d[4j + 3]: row 16w + l/4 + 8, the same columns.
-template <int NT>
+//
+// GATED (linear_wgmma_swiglu): the B tile of NT rows is two boxes of H = NT/2 rows, gate rows
+// tile·H .. and up rows F + tile·H .. of w_gate_up (two TMA loads onto the stage's one
+// mbarrier, H·128 bytes apart: a multiple of the 1024-byte swizzle atom, so the pair reads as
+// one NT-row operand). One wgmma m64nNTk16 per k16 step then yields gate column c in fragment
+// column c and its up column in fragment column c + H, held by the same thread (j and
+// j + H/8). Everything else (ring, PDL prefetch, split-K reduction in rank order) is the
+// plain kernel's; the epilogue rounds both to bf16 and applies SwiGLU (swiglu_epilogue_store).
+// Column c of a wgmma result depends only on row c of B (which is what makes nt change no bit
+// in the plain kernel), so gate/up sums are the plain kernel's bit for bit under one split.
+template <int NT, bool GATED>
 __global__ void __launch_bounds__(kThreads, 1)
     linear_wgmma_kernel(const __grid_constant__ CUtensorMap tm_w, const __grid_constant__ CUtensorMap tm_x,
                         const WgArgs a) {
 #if GRPO_WGMMA_DEVICE
   constexpr int kAcc = NT / 2;
+  constexpr int kOutCols = GATED ? NT / 2 : NT;         // output columns per tile (act columns when gated)
+  constexpr int kWLoads = GATED ? 2 : 1;                // w boxes per stage
   constexpr uint32_t kABytes = kMaxM * kRowBytes;       // x part of a stage (8 KB)
   constexpr uint32_t kStageBytes = (kMaxM + NT) * kRowBytes;
   constexpr int kLdt = NT + 8;                          // f32 partial-tile row stride (floats)
@@ -333,15 +355,22 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int my_tiles = tile0 < a.n_tiles ? (a.n_tiles - 1 - tile0) / step + 1 : 0;
     n_items = my_tiles * cpt;
   }
-  const uint32_t tx_bytes = uint32_t(a.w_box_rows + a.M) * kRowBytes;  // the w box + the x box (M rows)
+  const uint32_t tx_bytes = uint32_t(kWLoads * a.w_box_rows + a.M) * kRowBytes;  // the w box(es) + the x box (M rows)
 
   // Thread 0: arm stage st for item j and request its w (and x) chunk.
   uint64_t w_policy = 0;
   auto issue_w = [&](int st, int j) {
     const int tile = tile0 + (j / cpt) * step, chunk = c_begin + j % cpt;
     const uint32_t bar = bar0 + 8u * uint32_t(st);
+    const uint32_t dst = sbase + uint32_t(st) * kStageBytes + kABytes;
     mbar_arrive_expect_tx(bar, tx_bytes);
-    tma_load_2d_hint(sbase + uint32_t(st) * kStageBytes + kABytes, &tm_w, bar, chunk * kKC, tile * NT, w_policy);
+    if constexpr (GATED) {
+      tma_load_2d_hint(dst, &tm_w, bar, chunk * kKC, tile * kOutCols, w_policy);
+      tma_load_2d_hint(dst + uint32_t(kOutCols) * kRowBytes, &tm_w, bar, chunk * kKC, a.up_row0 + tile * kOutCols,
+                       w_policy);
+    } else {
+      tma_load_2d_hint(dst, &tm_w, bar, chunk * kKC, tile * NT, w_policy);
+    }
   };
   auto issue_x = [&](int st, int j) {
     const int chunk = c_begin + j % cpt;
@@ -405,18 +434,38 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (refill) refill_stage();
       if (a.split == 1) {
         // Epilogue of this tile straight from the fragment, then a fresh accumulator.
-        const int n0 = tile * NT;
+        const int n0 = tile * kOutCols;
+        if constexpr (GATED) {
+          // Gate column 8jj + c0 (+1) in acc[4jj..], its up column in acc[4(jj + H/8)..];
+          // n < F always (F % H == 0).
+          constexpr int kUp = 4 * (kOutCols / 8);
 #pragma unroll
-        for (int jj = 0; jj < NT / 8; ++jj) {
-          const int n = n0 + 8 * jj + c0;
-          if (n < a.N) {
+          for (int jj = 0; jj < kOutCols / 8; ++jj) {
+            const int n = n0 + 8 * jj + c0;
             if (r0 < a.M) {
-              float v[2] = {acc[4 * jj], acc[4 * jj + 1]};
-              epilogue_store<2>(a, v, r0, n);
+              const float g[2] = {acc[4 * jj], acc[4 * jj + 1]};
+              const float u[2] = {acc[kUp + 4 * jj], acc[kUp + 4 * jj + 1]};
+              swiglu_epilogue_store<2>(a, g, u, r0, n);
             }
             if (r0 + 8 < a.M) {
-              float v[2] = {acc[4 * jj + 2], acc[4 * jj + 3]};
-              epilogue_store<2>(a, v, r0 + 8, n);
+              const float g[2] = {acc[4 * jj + 2], acc[4 * jj + 3]};
+              const float u[2] = {acc[kUp + 4 * jj + 2], acc[kUp + 4 * jj + 3]};
+              swiglu_epilogue_store<2>(a, g, u, r0 + 8, n);
+            }
+          }
+        } else {
+#pragma unroll
+          for (int jj = 0; jj < NT / 8; ++jj) {
+            const int n = n0 + 8 * jj + c0;
+            if (n < a.N) {
+              if (r0 < a.M) {
+                float v[2] = {acc[4 * jj], acc[4 * jj + 1]};
+                epilogue_store<2>(a, v, r0, n);
+              }
+              if (r0 + 8 < a.M) {
+                float v[2] = {acc[4 * jj + 2], acc[4 * jj + 3]};
+                epilogue_store<2>(a, v, r0 + 8, n);
+              }
             }
           }
         }
@@ -453,8 +502,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float* part[kMaxSplit];
 #pragma unroll
   for (int q = 0; q < kMaxSplit; ++q) part[q] = q < a.split ? cluster.map_shared_rank(tile_sm, q) : tile_sm;
-  constexpr int kQuadsPerRow = NT / 4;
-  const int n0 = tile0 * NT;
+  // Gated: the quads of the H gate columns; each one's up quad sits H floats to its right.
+  constexpr int kQuadsPerRow = kOutCols / 4;
+  const int n0 = tile0 * kOutCols;
   const int quads = a.M * kQuadsPerRow;
   const int e_end = int(int64_t(rank + 1) * quads / a.split);
   for (int e = int(int64_t(rank) * quads / a.split) + tid; e < e_end; e += kThreads) {
@@ -463,7 +513,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int off = m * kLdt + nl;
     float v[4];
     sum_ranks(part, a.split, off, v);
-    epilogue_store<4>(a, v, m, n);
+    if constexpr (GATED) {
+      float u[4];
+      sum_ranks(part, a.split, off + kOutCols, u);
+      swiglu_epilogue_store<4>(a, v, u, m, n);
+    } else {
+      epilogue_store<4>(a, v, m, n);
+    }
   }
   cluster.sync();  // peers may still be reading this block's tile
 #else
@@ -532,43 +588,43 @@ CUtensorMap make_tensor_map(const void* ptr, int64_t rows, int64_t K, int box_ro
 }
 
 // The opt-in above 48 KB of dynamic shared memory is per device and kernel; set it once.
-template <int NT>
+template <int NT, bool G>
 void ensure_smem_attr() {
   static std::atomic<uint64_t> done{0};
   const int dev = device_index();
   const uint64_t bit = dev >= 0 && dev < 64 ? (uint64_t(1) << dev) : 0;
   if (bit == 0 || !(done.load(std::memory_order_acquire) & bit)) {
-    CUDA_CHECK(cudaFuncSetAttribute(linear_wgmma_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_CHECK(cudaFuncSetAttribute(linear_wgmma_kernel<NT, G>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(kMaxDynSmem)));
     done.fetch_or(bit, std::memory_order_acq_rel);
   }
 }
 
 // Resident blocks per SM of the split = 1 kernel with `stages` (cached; for the persistent grid).
-template <int NT>
+template <int NT, bool G>
 int blocks_per_sm(int stages) {
   static std::atomic<int> cache[kMaxStages + 1];
   int c = cache[stages].load(std::memory_order_relaxed);
   if (c > 0) return c;
-  ensure_smem_attr<NT>();
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c, linear_wgmma_kernel<NT>, kThreads,
+  ensure_smem_attr<NT, G>();
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c, linear_wgmma_kernel<NT, G>, kThreads,
                                                            smem_bytes(NT, 1, stages)));
   GRPO_CHECK_MSG(c >= 1, "linear_wgmma: the kernel does not fit an SM with these stages");
   cache[stages].store(c, std::memory_order_relaxed);
   return c;
 }
 
-template <int NT>
+template <int NT, bool G = false>
 void launch(const CUtensorMap& tw, const CUtensorMap& tx, WgArgs a, cudaStream_t stream) {
-  ensure_smem_attr<NT>();
+  ensure_smem_attr<NT, G>();
   const size_t smem = smem_bytes(NT, a.split, a.stages);
   GRPO_CHECK_MSG(smem <= kMaxDynSmem, "linear_wgmma: stages do not fit shared memory (at most 227 KB per block)");
   a.data_bytes = int(data_bytes(NT, a.split, a.stages));
   int64_t grid = int64_t(a.n_tiles) * a.split;
-  if (a.split == 1) grid = std::min<int64_t>(a.n_tiles, int64_t(sm_count()) * blocks_per_sm<NT>(a.stages));
+  if (a.split == 1) grid = std::min<int64_t>(a.n_tiles, int64_t(sm_count()) * blocks_per_sm<NT, G>(a.stages));
   GRPO_CHECK_MSG(grid >= 1 && grid <= INT_MAX, "linear_wgmma: grid size out of range");
   // Programmatic dependent launch (see the kernel's prologue) and split-K clusters.
-  launch_pdl_on(stream, unsigned(a.split), linear_wgmma_kernel<NT>, dim3(unsigned(grid), 1, 1), dim3(kThreads, 1, 1),
+  launch_pdl_on(stream, unsigned(a.split), linear_wgmma_kernel<NT, G>, dim3(unsigned(grid), 1, 1), dim3(kThreads, 1, 1),
                 smem, tw, tx, a);
 }
 
@@ -611,6 +667,7 @@ std::atomic<int>& forced_stages() {
 // constants are rough H100/H200 figures; bench_kernels' sweep prints the alternatives.
 // Choices on 132 SMs: Qwen2.5 qkv 64/4/4, o 64/8/2, gate_up 64/1, down 64/8/10, LM head
 // 128/1/8 (persistent); Qwen3 qkv 64/2/8, o 64/8/4, gate_up 64/1/12, down 64/8/6 (nt/split/stages).
+// The gated kernel maps gate_up's choice to H = 32, split 1, the same stages (wgmma_gated_config).
 WgmmaGemmConfig wgmma_gemm_config(int64_t N, int64_t K) {
   const int64_t sms = sm_count();
   const int64_t chunks = ceil_div(K, kKC);
@@ -695,6 +752,7 @@ bool linear_wgmma(Context& ctx, Tensor& out, const Tensor& x, const Tensor& w, c
   a.n_chunks = int(chunks);
   a.n_tiles = int(n_tiles);
   a.w_box_rows = w_box_rows;
+  a.up_row0 = 0;
   a.split = split;
   a.stages = stages;
   a.data_bytes = 0;  // set by launch
@@ -703,6 +761,91 @@ bool linear_wgmma(Context& ctx, Tensor& out, const Tensor& x, const Tensor& w, c
     case 64: launch<64>(tw, tx, a, stream); break;
     case 128: launch<128>(tw, tx, a, stream); break;
     default: launch<256>(tw, tx, a, stream); break;
+  }
+  return true;
+}
+
+// The plain path's choice for the (2F, K) product, expressed for the gated kernel: split (the
+// only field that changes bits) unchanged, and H = nt/2 act columns per block, so that a block
+// streams the same NT = 2H weight rows per chunk as the plain kernel's block (same stage size,
+// ring depth, grid size and shared memory). Where F is not a multiple of nt/2, H halves (down
+// to 32) and the ring depth is recomputed for the narrower tile; F % 32 != 0 gives nt = 0.
+WgmmaGemmConfig wgmma_gated_config(int64_t F, int64_t K) {
+  if (F < 32 || F % 32 != 0 || F > (int64_t(INT_MAX) - 256) / 2 || K < 1) return {};
+  const WgmmaGemmConfig p = wgmma_gemm_config(2 * F, K);
+  int h = p.nt / 2;
+  int stages = p.stages;
+  while (F % h != 0) {  // ends at h = 32 at the latest
+    h /= 2;
+    stages = 0;
+  }
+  if (stages == 0) {
+    const int64_t sms = sm_count(), tiles = F / h, chunks = ceil_div(K, kKC);
+    const bool persistent = p.split == 1 && tiles > 2 * sms;
+    stages = default_stages(2 * h, persistent ? int64_t(INT_MAX) : ceil_div(chunks, p.split), tiles * p.split, sms);
+    const int forced = forced_stages().load(std::memory_order_relaxed);
+    if (forced >= 2 && smem_bytes(2 * h, p.split, forced) <= kMaxDynSmem) stages = forced;
+  }
+  return WgmmaGemmConfig{h, p.split, stages};
+}
+
+bool linear_wgmma_swiglu(Context& ctx, Tensor& act, const Tensor& x, const Tensor& w_gate_up, WgmmaGemmConfig cfg) {
+  const Tensor& w = w_gate_up;
+  if (x.dtype != DType::bf16 || w.dtype != DType::bf16 || act.dtype != DType::bf16) return false;
+  if (x.ndim != 2 || w.ndim != 2 || act.ndim != 2) return false;
+  const int64_t M = x.shape[0], K = x.shape[1], F = act.shape[1];
+  if (w.shape[0] != 2 * F || w.shape[1] != K || act.shape[0] != M) return false;
+  if (M < 1 || M > kMaxM || F < 32 || F % 32 != 0 || K < kKC || K % 8 != 0) return false;
+  if (2 * F > int64_t(INT_MAX) - 256 || K > int64_t(INT_MAX) - 64) return false;
+  if (!aligned16(x.data) || !aligned16(w.data) || !aligned16(act.data)) return false;
+  if (!wgmma_gemm_available()) return false;
+
+  const bool explicit_cfg = cfg.nt != 0 && cfg.split != 0;
+  const WgmmaGemmConfig h = explicit_cfg ? WgmmaGemmConfig{} : wgmma_gated_config(F, K);
+  if (!explicit_cfg && h.nt == 0) return false;
+  const int half = cfg.nt ? cfg.nt : h.nt, split = cfg.split ? cfg.split : h.split;
+  GRPO_CHECK_MSG(half == 32 || half == 64 || half == 128, "linear_wgmma_swiglu: nt must be 32, 64 or 128");
+  GRPO_CHECK_MSG(split == 1 || split == 2 || split == 4 || split == kMaxSplit,
+                 "linear_wgmma_swiglu: split must be 1, 2, 4 or 8");
+  if (F % half != 0) return false;  // a tile must not straddle the gate/up boundary
+  const int nt = 2 * half;          // weight rows per block = the wgmma n
+  const int64_t chunks = ceil_div(K, kKC), n_tiles = F / half;
+  int stages = cfg.stages;
+  if (stages == 0) {
+    if (!explicit_cfg && half == h.nt && split == h.split) {
+      stages = h.stages;
+    } else {
+      const bool persistent = split == 1 && n_tiles > 2 * int64_t(sm_count());
+      stages = default_stages(nt, persistent ? int64_t(INT_MAX) : ceil_div(chunks, split), n_tiles * split, sm_count());
+    }
+  }
+  GRPO_CHECK_MSG(stages >= 2 && stages <= kMaxStages, "linear_wgmma_swiglu: stages must be 2..16");
+  GRPO_CHECK_MSG(smem_bytes(nt, split, stages) <= kMaxDynSmem,
+                 "linear_wgmma_swiglu: stages do not fit shared memory (stage = (64 + 2·nt)·128 bytes, at most 227 KB)");
+  GRPO_CHECK_MSG(n_tiles * split <= INT_MAX, "linear_wgmma_swiglu: grid too large");
+
+  const CUtensorMap tw = make_tensor_map(w.data, 2 * F, K, half);  // boxes of `half` rows: gate, then up
+  const CUtensorMap tx = make_tensor_map(x.data, M, K, int(M));
+  WgArgs a;
+  a.out = act.ptr<__nv_bfloat16>();
+  a.bias = nullptr;
+  a.bias_kind = kNoBias;
+  a.accumulate = 0;
+  a.M = int(M);
+  a.N = int(F);
+  a.K = int(K);
+  a.n_chunks = int(chunks);
+  a.n_tiles = int(n_tiles);
+  a.w_box_rows = half;
+  a.up_row0 = int(F);
+  a.split = split;
+  a.stages = stages;
+  a.data_bytes = 0;  // set by launch
+  const cudaStream_t stream = stream_of(ctx);
+  switch (nt) {
+    case 64: launch<64, true>(tw, tx, a, stream); break;
+    case 128: launch<128, true>(tw, tx, a, stream); break;
+    default: launch<256, true>(tw, tx, a, stream); break;
   }
   return true;
 }

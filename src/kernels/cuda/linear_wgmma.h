@@ -2,8 +2,8 @@
 //   out (M,N) = x (M,K) · w (N,K)ᵀ [+ bias (N)], accumulate: out += that, for 1 <= M <= 64.
 // Same contract and epilogue rounding as linear_small_m (linear_small_m.h), so either kernel can
 // serve linear_forward; this one is meant for M up to 64, where the mma.sync kernel is
-// issue-bound. It is not wired into linear_forward: callers (benchmarks, tests, a future
-// dispatch) call linear_wgmma directly. Plain C++ so that tests and benchmarks can include it.
+// issue-bound. linear_forward (linear.cu) dispatches to it; linear_swiglu_forward dispatches to
+// the gated variant below. Plain C++ so that tests and benchmarks can include it.
 //
 // Results depend only on (the row's content, N, K, split): never on M, on the other rows, on
 // nt or on stages, and are identical run to run (fixed-order split-K reduction, no atomics).
@@ -40,5 +40,31 @@ bool wgmma_gemm_available();
 // or a device other than sm_90. Explicit cfg fields must be valid values (checked).
 bool linear_wgmma(Context& ctx, Tensor& out, const Tensor& x, const Tensor& w, const Tensor* bias, bool accumulate,
                   WgmmaGemmConfig cfg = {});
+
+// ---- Gate/up projection with SwiGLU fused into the epilogue ----
+//   act (M,F) = silu(g)·u,  [g | u] = x (M,K) · w_gate_up (2F,K)ᵀ  (g: columns [0,F), u: [F,2F)).
+// A block owns act columns [n0, n0 + nt) and streams, per 64-wide K chunk, gate rows n0.. and up
+// rows F + n0.. of w_gate_up (two TMA boxes of nt rows onto one stage), multiplied as one
+// 2·nt-wide wgmma operand. g and u are summed exactly as linear_wgmma sums columns of the
+// (2F,K) product under the same split (fixed-order split-K reduction), rounded to bf16 as its
+// epilogue rounds them, and combined with swiglu_forward's arithmetic, so act is bit for bit
+// linear_wgmma(gate_up, x, w_gate_up) with that split followed by swiglu_forward. Like the plain
+// kernel, a row's result never depends on M, the other rows, nt or stages.
+//
+// cfg.nt here is H, the act columns per block (32, 64 or 128; the wgmma n and the plain
+// kernel's nt are 2H); split and stages as for linear_wgmma. 0 = wgmma_gated_config's choice.
+
+// The plain heuristic's choice for the (2F, K) product, mapped to the gated kernel: the same
+// split (so the bits agree with linear_forward's wgmma path), H = (plain nt)/2 so that a block
+// streams as many weight rows per chunk as a plain block (same stage bytes, ring depth, grid
+// size), halved while F % H != 0. nt = 0 when F is not a multiple of 32 (the kernel declines).
+WgmmaGemmConfig wgmma_gated_config(int64_t F, int64_t K);
+
+// Runs the fused product and returns true, or returns false without doing anything where it
+// does not apply: x, w_gate_up or act not bf16 or not 2-D with shapes (M,K), (2F,K), (M,F); M
+// outside 1..64; F not a multiple of 32 (or of an explicit cfg.nt); K not a multiple of 8 or
+// below 64; a pointer not 16-byte aligned; a device other than sm_90. Explicit cfg fields must
+// be valid values (checked).
+bool linear_wgmma_swiglu(Context& ctx, Tensor& act, const Tensor& x, const Tensor& w_gate_up, WgmmaGemmConfig cfg = {});
 
 }  // namespace grpo::cuda
