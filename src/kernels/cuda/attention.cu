@@ -682,10 +682,13 @@ inline int heads_per_block(int G) { return G <= 2 ? 2 : kMaxG; }  // two variant
 // Blocks along z for the paged kernel: enough to fill the GPU (about 4 blocks per SM)
 // and at most 4 partitions per block; never more than n_splits. Any value gives the same
 // results (a partition is computed the same way whichever block takes it).
+// GRPO_PAGED_PER_SM / GRPO_PAGED_MAX_PARTS override the 4 and 4 (A/B runs).
 inline int paged_z(int64_t n_tok, const AttnArgs& a) {
+  static const int64_t per_sm = env_long("GRPO_PAGED_PER_SM", 4, 1, 64);
+  static const int64_t max_parts = env_long("GRPO_PAGED_MAX_PARTS", 4, 1, 1 << 16);
   const int64_t sms = sm_count();
   const int64_t pairs = n_tok * a.Hkv * a.n_hgroups;
-  const int64_t z = std::max(ceil_div(a.n_splits, 4), ceil_div(sms * 4, pairs));
+  const int64_t z = std::max(ceil_div(a.n_splits, max_parts), ceil_div(sms * per_sm, pairs));
   return int(std::min<int64_t>(z, a.n_splits));
 }
 
