@@ -353,6 +353,19 @@ __device__ void sample_row_full(
 }
 
 
+// Warp reduction of a chunk's statistics: raw max m0, valid count nv, processed max m and
+// its argmax best (lowest id on ties); every lane gets the warp's values.
+__device__ __forceinline__ void warp_chunk_stats(float& m0, int& nv, float& m, int32_t& best) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, o));
+    nv += __shfl_xor_sync(0xffffffffu, nv, o);
+    const float ov = __shfl_xor_sync(0xffffffffu, m, o);
+    const int32_t oi = __shfl_xor_sync(0xffffffffu, best, o);
+    if (ov > m || (ov == m && oi < best)) { m = ov; best = oi; }
+  }
+}
+
 // ---- split path v1 (GRPO_SPLIT_SAMPLER_V1=1): stats, sums, finish ----
 constexpr int kChunk = 8192;
 constexpr int kSplitThreads = 256;
@@ -400,14 +413,7 @@ __global__ void __launch_bounds__(kSplitThreads) sample_stats_kernel(
     if (y > m || (y == m && int32_t(i) < best)) { m = y; best = int32_t(i); }
   }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, o));
-    nv += __shfl_xor_sync(0xffffffffu, nv, o);
-    const float ov = __shfl_xor_sync(0xffffffffu, m, o);
-    const int32_t oi = __shfl_xor_sync(0xffffffffu, best, o);
-    if (ov > m || (ov == m && oi < best)) { m = ov; best = oi; }
-  }
+  warp_chunk_stats(m0, nv, m, best);
   if (lane == 0) { sh.f[warp] = m0; sh.f2[warp] = m; sh.i[warp] = best; sh.n[warp] = nv; }
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -658,14 +664,7 @@ __global__ void __launch_bounds__(kPartThreads, 4) sample_part_kernel(SplitArgs 
     }
   }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, o));
-    nv += __shfl_xor_sync(0xffffffffu, nv, o);
-    const float ov = __shfl_xor_sync(0xffffffffu, m, o);
-    const int32_t oi = __shfl_xor_sync(0xffffffffu, best, o);
-    if (ov > m || (ov == m && oi < best)) { m = ov; best = oi; }
-  }
+  warp_chunk_stats(m0, nv, m, best);
   if (lane == 0) { sh.m0[warp] = m0; sh.m[warp] = m; sh.best[warp] = best; sh.nv[warp] = nv; }
   __syncthreads();
   float cm0 = -INFINITY, cm = -INFINITY;
