@@ -257,9 +257,13 @@ int main(int argc, char** argv) {
         const Tensor* b = gs.bias ? &bias : nullptr;
         const std::string tag = std::string("gemm ") + gs.name + " M=" + std::to_string(M) + " N=" +
                                 std::to_string(gs.N) + " K=" + std::to_string(gs.K);
+        // cuBLASLt: both decode kernels off in linear_forward.
+        const bool was_wgmma = cuda::wgmma_gemm_enabled();
         cuda::set_small_m_gemm_enabled(false);
+        cuda::set_wgmma_gemm_enabled(false);
         const double lt_ms = time_ms(ctx, [&](int i) { cuda::linear_forward(ctx, y, x, ws[size_t(i) % ws.size()], b, gs.accumulate); });
         cuda::set_small_m_gemm_enabled(was_enabled);
+        cuda::set_wgmma_gemm_enabled(was_wgmma);
         auto small = [&](cuda::SmallMConfig c) {
           return time_ms(ctx, [&](int i) {
             if (!cuda::linear_small_m(ctx, y, x, ws[size_t(i) % ws.size()], b, gs.accumulate, c)) {

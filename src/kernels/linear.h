@@ -34,4 +34,8 @@ void linear_swiglu_forward(Context& ctx, Tensor& act, Tensor& gate_up_scratch, c
 // set_fused_gate_swiglu_enabled (benchmarks and tests A/B both paths).
 bool fused_gate_swiglu_enabled();
 void set_fused_gate_swiglu_enabled(bool on);
+// Whether linear_forward may use the wgmma decode GEMM (linear_wgmma.cu): GRPO_WGMMA_GEMM
+// (read once; "0" = off), or the value set by set_wgmma_gemm_enabled (benchmarks: cuBLASLt rows).
+bool wgmma_gemm_enabled();
+void set_wgmma_gemm_enabled(bool on);
 }  // namespace grpo::cuda

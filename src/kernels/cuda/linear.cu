@@ -83,10 +83,14 @@ __global__ void __launch_bounds__(256) bias_grad_kernel(float* __restrict__ db, 
   }
 }
 
+std::atomic<bool>& wgmma_flag() {
+  static std::atomic<bool> f{!env_off("GRPO_WGMMA_GEMM")};
+  return f;
+}
+
 bool wgmma_preferred(int64_t N) {
-  static const bool on = !env_off("GRPO_WGMMA_GEMM");
   static const int64_t max_n = env_long("GRPO_WGMMA_MAX_N", int64_t(1) << 30, 1, int64_t(1) << 30);
-  return on && N <= max_n;
+  return wgmma_flag().load(std::memory_order_relaxed) && N <= max_n;
 }
 
 std::atomic<bool>& fused_gate_flag() {
@@ -216,6 +220,8 @@ void linear_forward(Context& ctx, Tensor& out, const Tensor& x, const Tensor& w,
   }
 }
 
+bool wgmma_gemm_enabled() { return wgmma_flag().load(std::memory_order_relaxed); }
+void set_wgmma_gemm_enabled(bool on) { wgmma_flag().store(on, std::memory_order_relaxed); }
 bool fused_gate_swiglu_enabled() { return fused_gate_flag().load(std::memory_order_relaxed); }
 void set_fused_gate_swiglu_enabled(bool on) { fused_gate_flag().store(on, std::memory_order_relaxed); }
 
