@@ -643,6 +643,37 @@ int default_stages(int nt, int64_t items, int64_t blocks, int64_t sms) {
   return int(two);
 }
 
+// default_stages for a grid of n_tiles × split blocks over `chunks` K chunks (split = 1 with
+// more than two tiles per SM runs as a persistent grid).
+int grid_stages(int nt, int split, int64_t chunks, int64_t n_tiles) {
+  const int64_t sms = sm_count();
+  const bool persistent = split == 1 && n_tiles > 2 * sms;
+  return default_stages(nt, persistent ? int64_t(INT_MAX) : ceil_div(chunks, split), n_tiles * split, sms);
+}
+
+// The launch shared by both entry points: a.stages == 0 takes grid_stages; checks the ring
+// against shared memory and the grid size, then launches for nt weight rows per block.
+template <bool G>
+void run_tiles(Context& ctx, const CUtensorMap& tw, const CUtensorMap& tx, WgArgs a, int nt) {
+  constexpr const char* kStagesMsg =
+      G ? "linear_wgmma_swiglu: stages must be 2..16" : "linear_wgmma: stages must be 2..16";
+  constexpr const char* kSmemMsg =
+      G ? "linear_wgmma_swiglu: stages do not fit shared memory (stage = (64 + 2·nt)·128 bytes, at most 227 KB)"
+        : "linear_wgmma: stages do not fit shared memory (stage = (64 + nt)·128 bytes, at most 227 KB)";
+  constexpr const char* kGridMsg = G ? "linear_wgmma_swiglu: grid too large" : "linear_wgmma: grid too large";
+  if (a.stages == 0) a.stages = grid_stages(nt, a.split, a.n_chunks, a.n_tiles);
+  GRPO_CHECK_MSG(a.stages >= 2 && a.stages <= kMaxStages, kStagesMsg);
+  GRPO_CHECK_MSG(smem_bytes(nt, a.split, a.stages) <= kMaxDynSmem, kSmemMsg);
+  GRPO_CHECK_MSG(int64_t(a.n_tiles) * a.split <= INT_MAX, kGridMsg);
+  a.data_bytes = 0;  // set by launch
+  const cudaStream_t stream = stream_of(ctx);
+  switch (nt) {
+    case 64: launch<64, G>(tw, tx, a, stream); break;
+    case 128: launch<128, G>(tw, tx, a, stream); break;
+    default: launch<256, G>(tw, tx, a, stream); break;
+  }
+}
+
 std::atomic<int>& forced_stages() {
   // GRPO_WGMMA_STAGES (A/B runs): n in 2..16 replaces the default ring depth where it fits.
   static std::atomic<int> v{int(env_long("GRPO_WGMMA_STAGES", 0, 2, kMaxStages))};
@@ -724,24 +755,10 @@ bool linear_wgmma(Context& ctx, Tensor& out, const Tensor& x, const Tensor& w, c
   GRPO_CHECK_MSG(nt == 64 || nt == 128 || nt == 256, "linear_wgmma: nt must be 64, 128 or 256");
   GRPO_CHECK_MSG(split == 1 || split == 2 || split == 4 || split == kMaxSplit, "linear_wgmma: split must be 1, 2, 4 or 8");
   const int64_t chunks = ceil_div(K, kKC), n_tiles = ceil_div(N, nt);
-  int stages = cfg.stages;
-  if (stages == 0) {
-    if (!explicit_cfg && nt == h.nt && split == h.split) {
-      stages = h.stages;
-    } else {
-      const bool persistent = split == 1 && n_tiles > 2 * int64_t(sm_count());
-      stages = default_stages(nt, persistent ? int64_t(INT_MAX) : ceil_div(chunks, split), n_tiles * split, sm_count());
-    }
-  }
-  GRPO_CHECK_MSG(stages >= 2 && stages <= kMaxStages, "linear_wgmma: stages must be 2..16");
-  GRPO_CHECK_MSG(smem_bytes(nt, split, stages) <= kMaxDynSmem,
-                 "linear_wgmma: stages do not fit shared memory (stage = (64 + nt)·128 bytes, at most 227 KB)");
-  GRPO_CHECK_MSG(n_tiles * split <= INT_MAX, "linear_wgmma: grid too large");
-
   const int w_box_rows = int(std::min<int64_t>(nt, N));
   const CUtensorMap tw = make_tensor_map(w.data, N, K, w_box_rows);
   const CUtensorMap tx = make_tensor_map(x.data, M, K, int(M));
-  WgArgs a;
+  WgArgs a{};
   a.out = out.ptr<__nv_bfloat16>();
   a.bias = bias ? bias->data : nullptr;
   a.bias_kind = bias_kind;
@@ -752,16 +769,10 @@ bool linear_wgmma(Context& ctx, Tensor& out, const Tensor& x, const Tensor& w, c
   a.n_chunks = int(chunks);
   a.n_tiles = int(n_tiles);
   a.w_box_rows = w_box_rows;
-  a.up_row0 = 0;
   a.split = split;
-  a.stages = stages;
-  a.data_bytes = 0;  // set by launch
-  const cudaStream_t stream = stream_of(ctx);
-  switch (nt) {
-    case 64: launch<64>(tw, tx, a, stream); break;
-    case 128: launch<128>(tw, tx, a, stream); break;
-    default: launch<256>(tw, tx, a, stream); break;
-  }
+  // Explicit stages, else the heuristic's when its (nt, split) runs, else the tile's default.
+  a.stages = cfg.stages ? cfg.stages : (!explicit_cfg && nt == h.nt && split == h.split) ? h.stages : 0;
+  run_tiles<false>(ctx, tw, tx, a, nt);
   return true;
 }
 
@@ -780,9 +791,7 @@ WgmmaGemmConfig wgmma_gated_config(int64_t F, int64_t K) {
     stages = 0;
   }
   if (stages == 0) {
-    const int64_t sms = sm_count(), tiles = F / h, chunks = ceil_div(K, kKC);
-    const bool persistent = p.split == 1 && tiles > 2 * sms;
-    stages = default_stages(2 * h, persistent ? int64_t(INT_MAX) : ceil_div(chunks, p.split), tiles * p.split, sms);
+    stages = grid_stages(2 * h, p.split, ceil_div(K, kKC), F / h);
     const int forced = forced_stages().load(std::memory_order_relaxed);
     if (forced >= 2 && smem_bytes(2 * h, p.split, forced) <= kMaxDynSmem) stages = forced;
   }
@@ -810,27 +819,12 @@ bool linear_wgmma_swiglu(Context& ctx, Tensor& act, const Tensor& x, const Tenso
   if (F % half != 0) return false;  // a tile must not straddle the gate/up boundary
   const int nt = 2 * half;          // weight rows per block = the wgmma n
   const int64_t chunks = ceil_div(K, kKC), n_tiles = F / half;
-  int stages = cfg.stages;
-  if (stages == 0) {
-    if (!explicit_cfg && half == h.nt && split == h.split) {
-      stages = h.stages;
-    } else {
-      const bool persistent = split == 1 && n_tiles > 2 * int64_t(sm_count());
-      stages = default_stages(nt, persistent ? int64_t(INT_MAX) : ceil_div(chunks, split), n_tiles * split, sm_count());
-    }
-  }
-  GRPO_CHECK_MSG(stages >= 2 && stages <= kMaxStages, "linear_wgmma_swiglu: stages must be 2..16");
-  GRPO_CHECK_MSG(smem_bytes(nt, split, stages) <= kMaxDynSmem,
-                 "linear_wgmma_swiglu: stages do not fit shared memory (stage = (64 + 2·nt)·128 bytes, at most 227 KB)");
-  GRPO_CHECK_MSG(n_tiles * split <= INT_MAX, "linear_wgmma_swiglu: grid too large");
-
   const CUtensorMap tw = make_tensor_map(w.data, 2 * F, K, half);  // boxes of `half` rows: gate, then up
   const CUtensorMap tx = make_tensor_map(x.data, M, K, int(M));
-  WgArgs a;
+  WgArgs a{};
   a.out = act.ptr<__nv_bfloat16>();
   a.bias = nullptr;
   a.bias_kind = kNoBias;
-  a.accumulate = 0;
   a.M = int(M);
   a.N = int(F);
   a.K = int(K);
@@ -839,14 +833,8 @@ bool linear_wgmma_swiglu(Context& ctx, Tensor& act, const Tensor& x, const Tenso
   a.w_box_rows = half;
   a.up_row0 = int(F);
   a.split = split;
-  a.stages = stages;
-  a.data_bytes = 0;  // set by launch
-  const cudaStream_t stream = stream_of(ctx);
-  switch (nt) {
-    case 64: launch<64, true>(tw, tx, a, stream); break;
-    case 128: launch<128, true>(tw, tx, a, stream); break;
-    default: launch<256, true>(tw, tx, a, stream); break;
-  }
+  a.stages = cfg.stages ? cfg.stages : (!explicit_cfg && half == h.nt && split == h.split) ? h.stages : 0;
+  run_tiles<true>(ctx, tw, tx, a, nt);
   return true;
 }
 
