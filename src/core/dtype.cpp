@@ -14,6 +14,7 @@ size_t dtype_size(DType t) {
     case DType::i32: return 4;
     case DType::i64: return 8;
     case DType::u8: return 1;
+    case DType::f8e4m3: return 1;
   }
   return 0;
 }
@@ -26,6 +27,7 @@ const char* dtype_name(DType t) {
     case DType::i32: return "i32";
     case DType::i64: return "i64";
     case DType::u8: return "u8";
+    case DType::f8e4m3: return "f8_e4m3";
   }
   return "?";
 }
@@ -38,6 +40,7 @@ const char* dtype_safetensors_name(DType t) {
     case DType::i32: return "I32";
     case DType::i64: return "I64";
     case DType::u8: return "U8";
+    case DType::f8e4m3: return "F8_E4M3";
   }
   return "?";
 }
@@ -49,8 +52,37 @@ bool dtype_from_safetensors(const std::string& s, DType* out) {
   else if (s == "I32") *out = DType::i32;
   else if (s == "I64") *out = DType::i64;
   else if (s == "U8") *out = DType::u8;
+  else if (s == "F8_E4M3") *out = DType::f8e4m3;
   else return false;
   return true;
+}
+
+uint8_t f32_to_f8e4m3(float f) {
+  if (std::isnan(f)) return 0x7f;
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
+  const float a = std::fabs(f);
+  if (a < 0x1p-6f) {  // subnormal range: m·2^-9, m = 0..8 (8 is the smallest normal, bits 0x08)
+    return uint8_t(sign | uint8_t(std::nearbyint(a * 0x1p9f)));
+  }
+  if (a >= 448.f) return uint8_t(sign | 0x7e);
+  int e = 0;
+  const float fr = std::frexp(a, &e);                // a = fr·2^e, fr in [0.5, 1)
+  int q = int(std::nearbyint((fr * 2.f - 1.f) * 8.f));  // mantissa of a / 2^(e-1) in [1, 2), 3 bits
+  int ef = e - 1 + 7;
+  if (q == 8) {
+    q = 0;
+    ++ef;
+  }
+  if (ef > 15 || (ef == 15 && q == 7)) return uint8_t(sign | 0x7e);  // rounds past 448: saturate
+  return uint8_t(sign | (ef << 3) | q);
+}
+
+float f8e4m3_to_f32(uint8_t b) {
+  const float s = (b & 0x80) ? -1.f : 1.f;
+  const int ef = (b >> 3) & 0xf, m = b & 7;
+  if (ef == 15 && m == 7) return std::nanf("");
+  if (ef == 0) return s * std::ldexp(float(m), -9);
+  return s * std::ldexp(1.f + float(m) / 8.f, ef - 7);
 }
 
 float f16_to_f32(uint16_t h) {
@@ -108,6 +140,7 @@ void convert_host(void* dst, DType dst_t, const void* src, DType src_t, size_t n
       case DType::f32: return static_cast<const float*>(src)[i];
       case DType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(src)[i]);
       case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(src)[i]);
+      case DType::f8e4m3: return f8e4m3_to_f32(static_cast<const uint8_t*>(src)[i]);
       default: GRPO_CHECK_MSG(false, "convert_host: source must be a float type");
     }
     return 0.f;
@@ -118,6 +151,7 @@ void convert_host(void* dst, DType dst_t, const void* src, DType src_t, size_t n
       case DType::f32: static_cast<float*>(dst)[i] = v; break;
       case DType::bf16: static_cast<uint16_t*>(dst)[i] = f32_to_bf16(v); break;
       case DType::f16: static_cast<uint16_t*>(dst)[i] = f32_to_f16(v); break;
+      case DType::f8e4m3: static_cast<uint8_t*>(dst)[i] = f32_to_f8e4m3(v); break;
       default: GRPO_CHECK_MSG(false, "convert_host: destination must be a float type");
     }
   }

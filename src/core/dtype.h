@@ -8,7 +8,9 @@
 
 namespace grpo {
 
-enum class DType : uint8_t { f32, bf16, f16, i32, i64, u8 };
+// f8e4m3: OCP FP8 E4M3 ("e4m3fn": bias 7, no infinities, 0x7f/0xff NaN, max ±448),
+// used only as a storage type (the KV cache with kv_cache_dtype = fp8).
+enum class DType : uint8_t { f32, bf16, f16, i32, i64, u8, f8e4m3 };
 
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);           // "f32", "bf16", ...
@@ -29,6 +31,10 @@ inline uint16_t f32_to_bf16(float f) {
   return uint16_t(u >> 16);
 }
 float f16_to_f32(uint16_t h);
+// FP8 E4M3: round to nearest even with saturation (|x| beyond 448, infinities included,
+// become ±448; NaN stays NaN) — what CUDA's cvt.rn.satfinite.e4m3x2.f32 does.
+uint8_t f32_to_f8e4m3(float f);
+float f8e4m3_to_f32(uint8_t b);
 uint16_t f32_to_f16(float f);
 
 // Converts n elements between float types on the host (f32/bf16/f16).
