@@ -314,6 +314,7 @@ bool attention_paged_decode_tc(Context& ctx, Tensor& out, const Tensor& q, const
                                const Tensor& v_cache, const PagedAttnMeta& meta) {
   static const bool enabled = !env_off("GRPO_DECODE_TC");  // 0: the CUDA-core kernel (A/B measurements)
   if (!enabled || q.dtype != DType::bf16) return false;
+  if (k_cache.dtype != DType::bf16) return false;  // FP8 caches: not yet in this kernel
   const int D = int(q.shape[2]), Hq = int(q.shape[1]), Hkv = int(k_cache.shape[2]);
   // Groups of 4..16 query heads per kv head: the mma rows carry the group, so the scores of
   // the whole group cost one tensor-core product. For G < 4 the CUDA-core kernel (which takes

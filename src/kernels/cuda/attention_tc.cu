@@ -652,6 +652,7 @@ bool attention_backward_tc(Context& ctx, const TcArgs& args, DType dt) {
 
 bool attention_paged_prefill_tc(Context& ctx, const PagedTcArgs& a, DType dt) {
   if (!attention_tc_supported(dt, a.D) || a.n_tiles == 0) return false;
+  if (a.kv_fp8) return false;  // FP8 caches: not yet in this kernel
   GRPO_CHECK_MSG(a.n_tiles > 0 && a.tiles && a.block_table, "attention_paged_prefill_tc: tile list and block table needed");
   GRPO_CHECK_MSG(a.Hkv > 0 && a.Hq % a.Hkv == 0 && a.G == a.Hq / a.Hkv, "attention_paged_prefill_tc: Hq must be G·Hkv");
   GRPO_CHECK_MSG(a.block_size > 0 && a.max_blocks > 0, "attention_paged_prefill_tc: block_size and max_blocks must be > 0");

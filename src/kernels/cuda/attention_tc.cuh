@@ -32,6 +32,7 @@ struct PagedTcArgs {
   int n_tiles, max_blocks, block_size;
   int Hq, Hkv, G, D;
   float scale;
+  bool kv_fp8 = false;         // caches hold FP8 E4M3 (kv_cache_dtype = fp8), q/out bf16
 };
 
 bool attention_tc_supported(DType dt, int D);
