@@ -9,7 +9,9 @@
 // in the same run, the weight-read + 6·N·tokens floor, and the rollout-vs-trainer
 // logprob mismatch on the same batch (max / mean |Δ|, k3 KL). Writes
 // bench/results/grpo_step-<preset>.json and train_step-<preset>.json
-// (DESIGN.md section 6); bench/run_gpu_bench.sh adds the PyTorch peer.
+// (DESIGN.md section 6); bench/run_gpu_bench.sh adds the PyTorch peer. With
+// --kv-cache-dtype fp8 the engine keeps an FP8 E4M3 KV cache (the mismatch line then
+// shows what that costs in sampler/trainer agreement) and the files get a -kvfp8 suffix.
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -59,7 +61,7 @@ double matmul_rate(Context& ctx) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string preset = "qwen2.5-0.5b", device = "cuda", out_dir = "bench/results";
+  std::string preset = "qwen2.5-0.5b", device = "cuda", out_dir = "bench/results", kv_cache_dtype = "auto";
   int n_prompts = 8, group = 8, prompt_len = 128, new_tokens = 512, micro_tokens = 16384, steps = 2;
   double kv_gb = 16;
   bool recompute = false, graphs = true;
@@ -75,12 +77,14 @@ int main(int argc, char** argv) {
     else if (a == "--micro-tokens") micro_tokens = std::stoi(next());
     else if (a == "--steps") steps = std::stoi(next());
     else if (a == "--kv-gb") kv_gb = std::stod(next());
+    else if (a == "--kv-cache-dtype") kv_cache_dtype = next();
     else if (a == "--recompute") recompute = true;
     else if (a == "--no-graphs") graphs = false;
     else if (a == "--out-dir") out_dir = next();
     else {
       std::fprintf(stderr, "usage: bench_grpo [--preset P] [--device cuda|cpu] [--prompts B] [--group G] "
-                           "[--prompt-len P] [--new N] [--micro-tokens T] [--steps S] [--recompute]\n");
+                           "[--prompt-len P] [--new N] [--micro-tokens T] [--steps S] [--kv-gb G] "
+                           "[--kv-cache-dtype auto|fp8] [--recompute] [--no-graphs]\n");
       return 2;
     }
   }
@@ -101,6 +105,14 @@ int main(int argc, char** argv) {
   eo.max_num_seqs = n_prompts * group;
   eo.max_num_batched_tokens = std::max(8192, n_prompts * group);
   eo.use_cuda_graphs = graphs && co.device == Device::cuda;
+  eo.kv_cache_dtype = kv_cache_dtype;
+  auto kv_dtype = engine_kv_cache_dtype(*cfg, dt, eo);
+  if (!kv_dtype.ok()) {
+    std::fprintf(stderr, "bench_grpo: --kv-cache-dtype: %s\n", kv_dtype.status().message().c_str());
+    return 2;
+  }
+  // An fp8 run writes *-kvfp8.json, next to (not over) the default run's files.
+  const std::string suffix = kv_dtype.value() == DType::f8e4m3 ? "-kvfp8" : "";
   Engine engine(ctx, w, nullptr, eo);
   AdamWConfig ac;
   ac.weight_decay = 0.0f;
@@ -176,8 +188,10 @@ int main(int argc, char** argv) {
             {"logprob_mismatch_kl", m.rollout_kl()}, {"grad_norm", st->optim.grad_norm},
             {"peak_device_bytes", device_used_bytes() - used0}, {"n_params", n_params}};
   }
-  std::string cmdline = "bench_grpo --preset " + preset + " --device " + device;
+  std::string cmdline = "bench_grpo --preset " + preset + " --device " + device +
+                        (suffix.empty() ? std::string() : " --kv-cache-dtype " + kv_cache_dtype);
   nlohmann::json conf = {{"preset", preset}, {"prompts", n_prompts}, {"group", group},
+                         {"kv_cache_dtype", kv_cache_dtype}, {"kv_dtype", dtype_name(kv_dtype.value())},
                          {"prompt_len", prompt_len}, {"new_tokens", new_tokens}, {"micro_tokens", micro_tokens},
                          {"recompute", recompute}, {"cuda_graphs", eo.use_cuda_graphs}, {"loss", "dapo"}};
   nlohmann::json step_j = {{"bench", "grpo_step"}, {"date", today()}, {"device", device},
@@ -185,8 +199,9 @@ int main(int argc, char** argv) {
   nlohmann::json train_j = step_j;
   train_j["bench"] = "train_step";
   train_j["metrics"]["seconds"] = last["train_s"];
-  std::ofstream(out_dir + "/grpo_step-" + preset + ".json") << step_j.dump(2) << "\n";
-  std::ofstream(out_dir + "/train_step-" + preset + ".json") << train_j.dump(2) << "\n";
-  std::printf("wrote %s/grpo_step-%s.json and train_step-%s.json\n", out_dir.c_str(), preset.c_str(), preset.c_str());
+  std::ofstream(out_dir + "/grpo_step-" + preset + suffix + ".json") << step_j.dump(2) << "\n";
+  std::ofstream(out_dir + "/train_step-" + preset + suffix + ".json") << train_j.dump(2) << "\n";
+  std::printf("wrote %s/grpo_step-%s%s.json and train_step-%s%s.json\n", out_dir.c_str(), preset.c_str(),
+              suffix.c_str(), preset.c_str(), suffix.c_str());
   return 0;
 }

@@ -8,7 +8,9 @@
 // added (each generated token reads its sequence's whole context once), and writes
 // bench/results/rollout-<preset>-<workload>.json (DESIGN.md section 6). The peer
 // (transformers generate) is run by bench/run_gpu_bench.sh in the same call and
-// merged by bench/merge_peer.py.
+// merged by bench/merge_peer.py. --kv-cache-dtype fp8 runs the engine with an FP8
+// E4M3 KV cache (EngineOptions::kv_cache_dtype); its results go to
+// rollout-<preset>-<workload>-kvfp8.json so the default run's file stays as it is.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -61,6 +63,7 @@ double copy_bandwidth_bytes_per_s() {
 
 int main(int argc, char** argv) {
   std::string preset = "qwen2.5-0.5b", workload = "grpo", device = "cuda", dtype = "bf16", out_dir = "bench/results";
+  std::string kv_cache_dtype = "auto";
   double kv_gb = 24;
   bool graphs = true;
   int max_seqs = 256, max_batched = 8192, graph_ctx = 0;
@@ -72,6 +75,7 @@ int main(int argc, char** argv) {
     else if (a == "--device") device = next();
     else if (a == "--dtype") dtype = next();
     else if (a == "--kv-gb") kv_gb = std::stod(next());
+    else if (a == "--kv-cache-dtype") kv_cache_dtype = next();
     else if (a == "--no-graphs") graphs = false;
     else if (a == "--max-seqs") max_seqs = std::stoi(next());
     else if (a == "--max-batched") max_batched = std::stoi(next());
@@ -79,7 +83,8 @@ int main(int argc, char** argv) {
     else if (a == "--out-dir") out_dir = next();
     else {
       std::fprintf(stderr, "usage: bench_rollout [--preset P] [--workload grpo|nanovllm] [--device cuda|cpu] "
-                           "[--dtype bf16|f32] [--kv-gb G] [--no-graphs] [--max-seqs N] [--max-batched N] [--graph-max-context N]\n");
+                           "[--dtype bf16|f32] [--kv-gb G] [--kv-cache-dtype auto|fp8] [--no-graphs] [--max-seqs N] "
+                           "[--max-batched N] [--graph-max-context N]\n");
       return 2;
     }
   }
@@ -102,6 +107,13 @@ int main(int argc, char** argv) {
   eo.use_cuda_graphs = graphs && co.device == Device::cuda;
   eo.cuda_graph_max_context = graph_ctx;
   eo.seed = 7;
+  eo.kv_cache_dtype = kv_cache_dtype;
+  auto kv_dtype = engine_kv_cache_dtype(*cfg, dt, eo);
+  if (!kv_dtype.ok()) {
+    std::fprintf(stderr, "bench_rollout: --kv-cache-dtype: %s\n", kv_dtype.status().message().c_str());
+    return 2;
+  }
+  const bool kv_fp8 = kv_dtype.value() == DType::f8e4m3;
   Engine engine(ctx, w, nullptr, eo);
 
   std::mt19937 rng(42);
@@ -166,7 +178,7 @@ int main(int argc, char** argv) {
   double floor_s = bw > 0 ? weight_bytes * max_out / bw : 0;
   // Decode also reads every sequence's KV cache once per step: the token generated i-th
   // (i >= 2; the first comes from the prefill) attends to prompt + i - 1 positions.
-  const double kv_per_token = double(cfg->n_layers) * 2.0 * cfg->kv_dim() * double(dtype_size(dt));
+  const double kv_per_token = double(cfg->n_layers) * 2.0 * cfg->kv_dim() * double(dtype_size(kv_dtype.value()));
   double kv_read_bytes = 0;
   for (size_t p = 0; p < prompts.size(); ++p) {
     const double P = double(prompts[p].size()), O = double(out_lens[p]);
@@ -174,10 +186,12 @@ int main(int argc, char** argv) {
   }
   const double kv_floor_s = bw > 0 ? (weight_bytes * max_out + kv_read_bytes) / bw : 0;
   std::printf(
-      "| preset | workload | device | seqs | generated tok | time s | tok/s | floor s | x floor | floor+KV s | "
+      "| preset | workload | device (KV) | seqs | generated tok | time s | tok/s | floor s | x floor | floor+KV s | "
       "x floor+KV | peak GiB |\n");
-  std::printf("| %s | %s | %s %s | %zu | %lld | %.3f | %.0f | %.3f | %.2f | %.3f | %.2f | %.2f |\n", preset.c_str(),
-              workload.c_str(), device.c_str(), dtype.c_str(), prompts.size() * size_t(n_per_prompt),
+  // The KV dtype shares the device column, so the column positions (tools/device/ab_run.sh) stay.
+  std::printf("| %s | %s | %s %s (KV %s) | %zu | %lld | %.3f | %.0f | %.3f | %.2f | %.3f | %.2f | %.2f |\n",
+              preset.c_str(), workload.c_str(), device.c_str(), dtype.c_str(), dtype_name(kv_dtype.value()),
+              prompts.size() * size_t(n_per_prompt),
               (long long)gen, secs, gen / secs, floor_s, floor_s > 0 ? secs / floor_s : 0.0, kv_floor_s,
               kv_floor_s > 0 ? secs / kv_floor_s : 0.0, peak / 1073741824.0);
   nlohmann::json j = {
@@ -185,9 +199,11 @@ int main(int argc, char** argv) {
       {"date", today()},
       {"device", device},
       {"command", "bench_rollout --preset " + preset + " --workload " + workload + " --device " + device +
-                      " --dtype " + dtype},
+                      " --dtype " + dtype + (kv_fp8 ? " --kv-cache-dtype " + kv_cache_dtype : std::string())},
       {"config",
-       {{"preset", preset}, {"workload", workload}, {"dtype", dtype}, {"cuda_graphs", eo.use_cuda_graphs},
+       {{"preset", preset}, {"workload", workload}, {"dtype", dtype}, {"kv_cache_dtype", kv_cache_dtype},
+        {"kv_dtype", dtype_name(kv_dtype.value())}, {"kv_bytes_per_block", engine.kv_bytes_per_block()},
+        {"cuda_graphs", eo.use_cuda_graphs},
         {"kv_gb", kv_gb}, {"max_num_seqs", max_seqs}, {"max_num_batched_tokens", max_batched}}},
       {"metrics",
        {{"seconds", secs}, {"generated_tokens", gen}, {"computed_tokens", computed},
@@ -196,7 +212,7 @@ int main(int argc, char** argv) {
         {"weight_bytes", weight_bytes}, {"copy_bw_bytes_per_s", bw}, {"weight_read_floor_s", floor_s},
         {"ratio_to_floor", floor_s > 0 ? secs / floor_s : 0.0}, {"kv_read_bytes", kv_read_bytes},
         {"weight_and_kv_floor_s", kv_floor_s}, {"ratio_to_weight_and_kv_floor", kv_floor_s > 0 ? secs / kv_floor_s : 0.0}}}};
-  std::string path = out_dir + "/rollout-" + preset + "-" + workload + ".json";
+  std::string path = out_dir + "/rollout-" + preset + "-" + workload + (kv_fp8 ? "-kvfp8" : "") + ".json";
   std::ofstream(path) << j.dump(2) << "\n";
   std::printf("wrote %s\n", path.c_str());
   return 0;

@@ -21,7 +21,7 @@ namespace {
 using namespace grpo;
 
 struct Args {
-  std::string model, prompt, ids, system, device = "cpu", dtype;
+  std::string model, prompt, ids, system, device = "cpu", dtype, kv_cache_dtype = "auto";
   bool chat = false, ignore_eos = false, show_logprobs = false, no_prefix_cache = false, cuda_graphs = false;
   bool deterministic = false;
   float temperature = 1.f, top_p = 1.f, min_p = 0.f;
@@ -116,6 +116,7 @@ int run(const Args& a) {
   eo.max_model_len = a.max_model_len;
   eo.enable_prefix_caching = !a.no_prefix_cache;
   eo.use_cuda_graphs = a.cuda_graphs;
+  eo.kv_cache_dtype = a.kv_cache_dtype;
   auto n_blocks = engine_kv_blocks(w.value().config, dt, eo);
   if (!n_blocks.ok()) return cli::fail(cmd, n_blocks.status().message());
 
@@ -160,10 +161,10 @@ int run(const Args& a) {
     ttft = std::max(ttft, r.telemetry.ttft_s);
   }
   std::printf("[generate] prompt %zu tokens, %lld generated in %.3f s: %.1f tok/s, TTFT %.1f ms, prefix-cache hits %lld "
-              "tokens, %d KV blocks of %d (%s, %s)\n",
+              "tokens, %d KV blocks of %d (%s, %s, KV %s)\n",
               prompt.value().size(), (long long)n_gen, dt_s, dt_s > 0 ? double(n_gen) / dt_s : 0.0, ttft * 1e3,
               (long long)eng.stats().prefix_hit_tokens, eng.n_kv_blocks(), a.block_size, device_name(co.device),
-              dtype_name(dt));
+              dtype_name(dt), dtype_name(eng.kv_cache_dtype()));
   return 0;
 }
 
@@ -191,6 +192,10 @@ cli::CommandRegistrar reg("generate", "Generate completions for a prompt with th
   sub->add_option("--dtype", a->dtype, "Weights/KV dtype: f32 or bf16 (default: f32 on cpu, bf16 on cuda)")
       ->check(CLI::IsMember({"f32", "bf16"}));
   sub->add_option("--kv-cache-mb", a->kv_cache_mb, "KV cache memory budget in MiB");
+  sub->add_option("--kv-cache-dtype", a->kv_cache_dtype,
+                  "KV cache element type: auto (the weights' dtype) or fp8 (= fp8_e4m3: one byte per element, "
+                  "scale 1.0, saturating at +-448; needs head_dim % 16 == 0)")
+      ->check(CLI::IsMember({"auto", "fp8", "fp8_e4m3"}));
   sub->add_option("--block-size", a->block_size, "Tokens per KV block");
   sub->add_option("--max-num-seqs", a->max_num_seqs, "Sequences per step at most");
   sub->add_option("--max-batched-tokens", a->max_batched_tokens, "Tokens per step at most (chunked prefill)");

@@ -24,11 +24,23 @@ Status EngineOptions::validate() const {
     return bad("max_num_batched_tokens (" + std::to_string(max_num_batched_tokens) + ") must be >= max_num_seqs (" +
                std::to_string(max_num_seqs) + "), or running sequences could miss their decode steps");
   if (max_model_len < 0) return bad("max_model_len must be >= 0 (0 = the model's)");
+  if (kv_cache_dtype != "auto" && kv_cache_dtype != "fp8" && kv_cache_dtype != "fp8_e4m3")
+    return bad("kv_cache_dtype = \"" + kv_cache_dtype + "\": must be auto (the model's dtype) or fp8 (alias fp8_e4m3)");
   return ok_status();
 }
 
-Result<int> engine_kv_blocks(const ModelConfig& cfg, DType kv_dtype, const EngineOptions& opt) {
+Result<DType> engine_kv_cache_dtype(const ModelConfig& cfg, DType model_dtype, const EngineOptions& opt) {
   GRPO_TRY(opt.validate());
+  if (opt.kv_cache_dtype == "auto") return model_dtype;
+  // The CUDA kernels handle an fp8 row (head_dim bytes) in 16-byte pieces.
+  if (cfg.head_dim % 16 != 0)
+    return error_status("engine options: kv_cache_dtype = \"" + opt.kv_cache_dtype + "\" needs head_dim % 16 == 0, but " +
+                        "this model's head_dim is " + std::to_string(cfg.head_dim) + "; use kv_cache_dtype = \"auto\"");
+  return DType::f8e4m3;
+}
+
+Result<int> engine_kv_blocks(const ModelConfig& cfg, DType model_dtype, const EngineOptions& opt) {
+  GRPO_ASSIGN_OR_RETURN(const DType kv_dtype, engine_kv_cache_dtype(cfg, model_dtype, opt));
   const int max_len = opt.max_model_len > 0 ? opt.max_model_len : cfg.max_position_embeddings;
   if (max_len < 2) return error_status("engine options: max_model_len must be >= 2 (got " + std::to_string(max_len) + ")");
   if (!opt.enable_chunked_prefill && opt.max_num_batched_tokens < max_len)
@@ -48,6 +60,7 @@ Engine::Engine(Context& ctx, ModelWeights& w, const Tokenizer* tok, EngineOption
     : ctx_(ctx), w_(w), tok_(tok), opt_(std::move(opt)) {
   auto n_blocks = engine_kv_blocks(w.config, w.dtype, opt_);
   GRPO_CHECK_MSG(n_blocks.ok(), n_blocks.status().message().c_str());
+  const DType kv_dtype = engine_kv_cache_dtype(w.config, w.dtype, opt_).value();  // checked by engine_kv_blocks
   max_model_len_ = opt_.max_model_len > 0 ? opt_.max_model_len : w.config.max_position_embeddings;
   eos_ = opt_.eos_token_ids;
   if (eos_.empty() && tok_) eos_ = tok_->eos_ids();
@@ -64,7 +77,7 @@ Engine::Engine(Context& ctx, ModelWeights& w, const Tokenizer* tok, EngineOption
   ro.max_num_seqs = opt_.max_num_seqs;
   ro.max_num_batched_tokens = opt_.max_num_batched_tokens;
   ro.max_model_len = max_model_len_;
-  ro.kv_dtype = w.dtype;
+  ro.kv_dtype = kv_dtype;
   ro.use_cuda_graphs = opt_.use_cuda_graphs;
   ro.graph_max_context = opt_.cuda_graph_max_context;
   runner_ = std::make_unique<ModelRunner>(ctx_, w_, ro);

@@ -43,12 +43,22 @@ struct EngineOptions {
   int cuda_graph_max_context = 0;              // graphs serve contexts up to this (0: min(max_model_len, 2048))
   uint64_t seed = 0;                           // keys of requests without a seed
   std::vector<int> eos_token_ids;              // empty: the tokenizer's, else config.json's
+  // Element type of the KV cache (vLLM's kv_cache_dtype): "auto" = the model's dtype;
+  // "fp8" (alias "fp8_e4m3") = OCP FP8 E4M3, one byte per element, K/V rounded to
+  // nearest even on write with scale 1.0 (values beyond ±448 saturate). Halves
+  // (bf16) or quarters (f32) the KV memory and reads; needs head_dim % 16 == 0.
+  std::string kv_cache_dtype = "auto";
   Status validate() const;
 };
 
-// KV blocks the options give for this model: n_kv_blocks, or the memory budget
-// divided by the bytes of one block. Errors name the option to change.
-Result<int> engine_kv_blocks(const ModelConfig& cfg, DType kv_dtype, const EngineOptions& opt);
+// The KV cache dtype the options give for a model of dtype model_dtype (see
+// EngineOptions::kv_cache_dtype). Errors name the option and what is allowed.
+Result<DType> engine_kv_cache_dtype(const ModelConfig& cfg, DType model_dtype, const EngineOptions& opt);
+
+// KV blocks the options give for this model (weights of dtype model_dtype):
+// n_kv_blocks, or the memory budget divided by the bytes of one block in the
+// KV cache dtype. Errors name the option to change.
+Result<int> engine_kv_blocks(const ModelConfig& cfg, DType model_dtype, const EngineOptions& opt);
 
 struct RequestTelemetry {
   double queue_s = 0;         // arrival -> first scheduled
@@ -108,7 +118,8 @@ class Engine {
   const EngineOptions& options() const { return opt_; }
   int n_kv_blocks() const { return blocks_->n_blocks(); }
   int n_free_kv_blocks() const { return blocks_->n_free(); }
-  size_t kv_bytes_per_block() const { return runner_->kv_bytes_per_block(); }
+  size_t kv_bytes_per_block() const { return runner_->kv_bytes_per_block(); }  // all layers, K and V, real bytes
+  DType kv_cache_dtype() const { return runner_->options().kv_dtype; }
   int max_model_len() const { return max_model_len_; }
   const std::vector<int>& eos_token_ids() const { return eos_; }
 

@@ -58,6 +58,9 @@ ModelRunner::ModelRunner(Context& ctx, const ModelWeights& w, const ModelRunnerO
   GRPO_CHECK(opt.n_blocks > 0 && opt.block_size > 0 && opt.max_model_len > 0);
   GRPO_CHECK(opt.max_num_seqs > 0 && opt.max_num_batched_tokens > 0);
   GRPO_CHECK_MSG(w.device == ctx.device(), "ModelRunner: weights and context are on different devices");
+  GRPO_CHECK_MSG(opt.kv_dtype == w.dtype || (opt.kv_dtype == DType::f8e4m3 && w.config.head_dim % 16 == 0),
+                 "ModelRunner: the KV cache must have the weights' dtype, or be f8e4m3 with head_dim % 16 == 0 "
+                 "(engine_kv_cache_dtype checks the options)");
   const ModelConfig& cfg = w.config;
   const Device dev = ctx.device();
   max_blocks_per_seq_ = (opt.max_model_len + opt.block_size - 1) / opt.block_size;

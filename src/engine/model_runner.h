@@ -35,7 +35,7 @@ struct ModelRunnerOptions {
   int max_num_seqs = 64;
   int max_num_batched_tokens = 2048;
   int max_model_len = 0;              // positions (> 0)
-  DType kv_dtype = DType::f32;
+  DType kv_dtype = DType::f32;        // the weights' dtype, or f8e4m3 (head_dim % 16 == 0)
   bool use_cuda_graphs = false;       // decode steps on CUDA only
   std::vector<int> graph_batch_sizes; // empty: 1, 2, 4, 8, then multiples of 8 up to max_num_seqs
   int graph_max_context = 0;          // graphs serve decode steps whose contexts fit this (0: min(max_model_len, 2048))

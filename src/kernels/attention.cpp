@@ -1,6 +1,7 @@
 // Dispatcher for attention. Metadata shapes are checked here; their values
 // (positions inside the block table, slots inside the pool) are the engine's
-// invariants and are asserted on the CPU only where cheap.
+// invariants and are asserted on the CPU only where cheap. A KV cache holds
+// the activations' dtype or f8e4m3 (see kv_cache_dtype_ok in validate.h).
 #include "kernels/attention.h"
 
 #include "kernels/dispatch.h"
@@ -28,15 +29,14 @@ void varlen_check(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& 
   }
 }
 
-void paged_check(Context& ctx, const Tensor& k_cache, const Tensor& v_cache, const PagedAttnMeta& meta, int64_t T,
-                 int64_t Hkv, int64_t D) {
-  GRPO_CHECK_ACT(ctx, k_cache);
-  GRPO_CHECK_ACT(ctx, v_cache);
+// act: the dtype of the activations the op writes into / attends with the cache.
+void paged_check(Context& ctx, const char* op, const Tensor& k_cache, const Tensor& v_cache, DType act,
+                 const PagedAttnMeta& meta, int64_t T, int64_t Hkv, int64_t D) {
+  GRPO_CHECK_KV_CACHE(ctx, op, k_cache, v_cache, act);
   GRPO_CHECK_MSG(k_cache.ndim == 4 && k_cache.shape[1] == meta.block_size && k_cache.shape[2] == Hkv &&
                      k_cache.shape[3] == D,
                  "paged attention: cache must be (n_blocks, block_size, Hkv, D)");
-  GRPO_CHECK_MSG(v_cache.ndim == 4 && v_cache.numel() == k_cache.numel() && v_cache.dtype == k_cache.dtype,
-                 "paged attention: v_cache must match k_cache");
+  GRPO_CHECK_MSG(v_cache.ndim == 4 && v_cache.numel() == k_cache.numel(), "paged attention: v_cache must match k_cache");
   GRPO_CHECK_I32(ctx, meta.token_seq);
   GRPO_CHECK_I32(ctx, meta.token_pos);
   GRPO_CHECK_I32(ctx, meta.block_table);
@@ -81,9 +81,9 @@ void kv_cache_write(Context& ctx, Tensor& k_cache, Tensor& v_cache, const Tensor
                     const PagedAttnMeta& meta) {
   GRPO_CHECK_ACT(ctx, k);
   GRPO_CHECK_ACT(ctx, v);
-  GRPO_CHECK_MSG(k.ndim == 3 && v.ndim == 3 && v.numel() == k.numel(), "kv_cache_write: k, v (T,Hkv,D)");
-  paged_check(ctx, k_cache, v_cache, meta, k.shape[0], k.shape[1], k.shape[2]);
-  GRPO_CHECK_MSG(k.dtype == k_cache.dtype && v.dtype == k_cache.dtype, "kv_cache_write: k/v and cache dtypes differ");
+  GRPO_CHECK_MSG(k.ndim == 3 && v.ndim == 3 && v.numel() == k.numel() && v.dtype == k.dtype,
+                 "kv_cache_write: k, v (T,Hkv,D) of one dtype");
+  paged_check(ctx, "kv_cache_write", k_cache, v_cache, k.dtype, meta, k.shape[0], k.shape[1], k.shape[2]);
   if (ctx.device() == Device::cpu) {
     const int64_t n_slots = k_cache.shape[0] * k_cache.shape[1];
     for (int64_t t = 0; t < k.shape[0]; ++t)
@@ -97,9 +97,9 @@ void attention_paged(Context& ctx, Tensor& out, const Tensor& q, const Tensor& k
   GRPO_CHECK_ACT(ctx, q);
   GRPO_CHECK_ACT(ctx, out);
   GRPO_CHECK_MSG(q.ndim == 3 && out.numel() == q.numel() && out.dtype == q.dtype, "attention_paged: q, out (T,Hq,D)");
-  paged_check(ctx, k_cache, v_cache, meta, q.shape[0], k_cache.shape[2], q.shape[2]);
+  GRPO_CHECK_MSG(k_cache.ndim == 4, "attention_paged: cache must be (n_blocks, block_size, Hkv, D)");
+  paged_check(ctx, "attention_paged", k_cache, v_cache, q.dtype, meta, q.shape[0], k_cache.shape[2], q.shape[2]);
   GRPO_CHECK_MSG(q.shape[1] % k_cache.shape[2] == 0, "attention_paged: Hq must be a multiple of Hkv");
-  GRPO_CHECK_MSG(q.dtype == k_cache.dtype, "attention_paged: q and cache dtypes differ");
   if (ctx.device() == Device::cpu) {
     const int64_t max_blocks = meta.block_table.shape[1], S = meta.block_table.shape[0];
     for (int64_t t = 0; t < q.shape[0]; ++t) {

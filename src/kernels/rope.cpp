@@ -1,5 +1,6 @@
 // Dispatcher for rotary embeddings. Positions must lie inside the table
-// (the caller sizes the table from the model's maximum context).
+// (the caller sizes the table from the model's maximum context). The fused
+// cache writes accept caches of the activations' dtype or f8e4m3 (validate.h).
 #include "kernels/rope.h"
 
 #include "kernels/dispatch.h"
@@ -39,11 +40,10 @@ void rope_qk_cache_write(Context& ctx, Tensor& q, Tensor& k, const Tensor& v, co
   GRPO_CHECK_MSG(k.shape[0] == q.shape[0] && k.shape[2] == q.shape[2] && v.numel() == k.numel() &&
                      v.dtype == k.dtype && q.dtype == k.dtype,
                  "rope_qk_cache_write: q (T,Hq,D), k and v (T,Hkv,D) of one dtype");
-  GRPO_CHECK_ACT(ctx, k_cache);
-  GRPO_CHECK_ACT(ctx, v_cache);
+  GRPO_CHECK_KV_CACHE(ctx, "rope_qk_cache_write", k_cache, v_cache, k.dtype);
   GRPO_CHECK_MSG(k_cache.ndim == 4 && k_cache.shape[2] == k.shape[1] && k_cache.shape[3] == k.shape[2] &&
-                     v_cache.numel() == k_cache.numel() && k_cache.dtype == k.dtype && v_cache.dtype == k.dtype,
-                 "rope_qk_cache_write: caches must be (n_blocks, block_size, Hkv, D) of k's dtype");
+                     v_cache.numel() == k_cache.numel(),
+                 "rope_qk_cache_write: caches must be (n_blocks, block_size, Hkv, D)");
   GRPO_CHECK_I32(ctx, meta.slot_mapping);
   GRPO_CHECK_NUMEL(meta.slot_mapping, q.shape[0]);
   GRPO_DISPATCH(ctx, rope_qk_cache_write, ctx, q, k, v, positions, cos, sin, k_cache, v_cache, meta);
@@ -53,11 +53,9 @@ void rope_qkv_cache_write(Context& ctx, Tensor& q, const Tensor& qkv, const Tens
                           const Tensor& sin, Tensor& k_cache, Tensor& v_cache, const PagedAttnMeta& meta) {
   rope_check(ctx, q, positions, cos, sin);
   GRPO_CHECK_ACT(ctx, qkv);
-  GRPO_CHECK_ACT(ctx, k_cache);
-  GRPO_CHECK_ACT(ctx, v_cache);
-  GRPO_CHECK_MSG(k_cache.ndim == 4 && k_cache.shape[3] == q.shape[2] && v_cache.numel() == k_cache.numel() &&
-                     k_cache.dtype == q.dtype && v_cache.dtype == q.dtype,
-                 "rope_qkv_cache_write: caches must be (n_blocks, block_size, Hkv, D) of q's dtype");
+  GRPO_CHECK_KV_CACHE(ctx, "rope_qkv_cache_write", k_cache, v_cache, q.dtype);
+  GRPO_CHECK_MSG(k_cache.ndim == 4 && k_cache.shape[3] == q.shape[2] && v_cache.numel() == k_cache.numel(),
+                 "rope_qkv_cache_write: caches must be (n_blocks, block_size, Hkv, D)");
   GRPO_CHECK_MSG(qkv.ndim == 2 && qkv.shape[0] == q.shape[0] && qkv.dtype == q.dtype &&
                      qkv.shape[1] == (q.shape[1] + 2 * k_cache.shape[2]) * q.shape[2],
                  "rope_qkv_cache_write: qkv must be (T, (Hq + 2·Hkv)·D) of q's dtype");
@@ -74,9 +72,16 @@ void qk_norm_rope_cache_write(Context& ctx, Tensor& q, const Tensor& qkv, const 
   GRPO_CHECK_MSG(q_norm.numel() == q.shape[2] && k_norm.numel() == q.shape[2] && q_norm.dtype == q.dtype &&
                      k_norm.dtype == q.dtype,
                  "qk_norm_rope_cache_write: q_norm and k_norm must be (D) of q's dtype");
-  GRPO_CHECK_MSG(qkv.ndim == 2 && k_cache.ndim == 4 && qkv.shape[1] == (q.shape[1] + 2 * k_cache.shape[2]) * q.shape[2],
-                 "qk_norm_rope_cache_write: qkv must be (T, (Hq + 2·Hkv)·D)");
   rope_check(ctx, q, positions, cos, sin);
+  GRPO_CHECK_ACT(ctx, qkv);
+  GRPO_CHECK_KV_CACHE(ctx, "qk_norm_rope_cache_write", k_cache, v_cache, q.dtype);
+  GRPO_CHECK_MSG(k_cache.ndim == 4 && k_cache.shape[3] == q.shape[2] && v_cache.numel() == k_cache.numel(),
+                 "qk_norm_rope_cache_write: caches must be (n_blocks, block_size, Hkv, D)");
+  GRPO_CHECK_MSG(qkv.ndim == 2 && qkv.shape[0] == q.shape[0] && qkv.dtype == q.dtype &&
+                     qkv.shape[1] == (q.shape[1] + 2 * k_cache.shape[2]) * q.shape[2],
+                 "qk_norm_rope_cache_write: qkv must be (T, (Hq + 2·Hkv)·D) of q's dtype");
+  GRPO_CHECK_I32(ctx, meta.slot_mapping);
+  GRPO_CHECK_NUMEL(meta.slot_mapping, q.shape[0]);
   GRPO_DISPATCH(ctx, qk_norm_rope_cache_write, ctx, q, qkv, q_norm, k_norm, eps, positions, cos, sin, k_cache,
                 v_cache, meta);
 }

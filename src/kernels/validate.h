@@ -2,6 +2,8 @@
 // dispatchers are the boundary between callers and the backends: they assert
 // device placement, dtypes and shapes once, so that the backends can assume them.
 #pragma once
+#include <string>
+
 #include "core/check.h"
 #include "core/context.h"
 
@@ -11,6 +13,18 @@ namespace grpo::detail {
 inline bool act_dtype_ok(const Context& ctx, const Tensor& t) {
   if (ctx.device() == Device::cpu) return t.dtype == DType::f32;
   return t.dtype == DType::f32 || t.dtype == DType::bf16;
+}
+
+// Paged KV cache pair: K and V share one dtype, which is either the dtype of the
+// activations written into it / attended with (`act`), or f8e4m3 (kv_cache_dtype =
+// fp8: one byte per element, converted on write, read as exact floats).
+inline bool kv_cache_dtype_ok(const Tensor& k_cache, const Tensor& v_cache, DType act) {
+  return k_cache.dtype == v_cache.dtype && (k_cache.dtype == act || k_cache.dtype == DType::f8e4m3);
+}
+inline std::string kv_cache_dtype_error(const char* op, const Tensor& k_cache, const Tensor& v_cache, DType act) {
+  return std::string(op) + ": k_cache is " + dtype_name(k_cache.dtype) + " and v_cache is " +
+         dtype_name(v_cache.dtype) + "; both caches must have one dtype, either the activations' (" +
+         dtype_name(act) + ") or f8e4m3";
 }
 
 }  // namespace grpo::detail
@@ -29,5 +43,13 @@ inline bool act_dtype_ok(const Context& ctx, const Tensor& t) {
   do {                                                                       \
     GRPO_CHECK_DEV(ctx, t);                                                  \
     GRPO_CHECK_MSG((t).dtype == ::grpo::DType::i32, #t " must be i32");      \
+  } while (0)
+// The message is built only on failure (GRPO_CHECK_MSG evaluates it then).
+#define GRPO_CHECK_KV_CACHE(ctx, op, k_cache, v_cache, act)                                     \
+  do {                                                                                          \
+    GRPO_CHECK_DEV(ctx, k_cache);                                                               \
+    GRPO_CHECK_DEV(ctx, v_cache);                                                               \
+    GRPO_CHECK_MSG(::grpo::detail::kv_cache_dtype_ok(k_cache, v_cache, act),                    \
+                   ::grpo::detail::kv_cache_dtype_error(op, k_cache, v_cache, act).c_str());    \
   } while (0)
 #define GRPO_CHECK_NUMEL(t, n) GRPO_CHECK_MSG((t).numel() == (n), #t " has the wrong number of elements")

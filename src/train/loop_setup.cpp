@@ -80,6 +80,7 @@ EngineOptions engine_options(const LoopRun& r, size_t longest_prompt) {
   eo.max_num_seqs = int(std::min<int64_t>(std::max<int64_t>(n_seqs, 1), 256));
   eo.max_num_batched_tokens = 2048;
   eo.seed = uint64_t(c.rollout.seed);
+  eo.kv_cache_dtype = c.rollout.kv_cache_dtype;
   return eo;
 }
 
@@ -101,6 +102,7 @@ Status write_run_files(const LoopRun& r, const PreparedPrompt* example) {
                       {"eval_size", r.eval_prompts.size()}};
   const EngineOptions& eo = r.engine->options();
   j["engine"] = {{"n_kv_blocks", r.engine->n_kv_blocks()}, {"block_size", eo.block_size},
+                 {"kv_cache_dtype", dtype_name(r.engine->kv_cache_dtype())},
                  {"kv_bytes", size_t(r.engine->n_kv_blocks()) * r.engine->kv_bytes_per_block()},
                  {"max_num_seqs", eo.max_num_seqs}, {"eos_token_ids", r.engine->eos_token_ids()}};
   const TrainSection& t = r.cfg.train;
@@ -243,7 +245,12 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   EngineOptions eo = engine_options(r, longest);
   if (!r.tok->eos_ids().empty()) eo.eos_token_ids = r.tok->eos_ids();
   GRPO_TRY(eo.validate());
+  GRPO_TRY(engine_kv_cache_dtype(r.weights->config, r.weights->dtype, eo).status().with_context("rollout.kv_cache_dtype"));
   GRPO_TRY(engine_kv_blocks(r.weights->config, r.weights->dtype, eo).status());
+  if (cfg.rollout.kv_cache_dtype != "auto" && cfg.train.importance_sampling == "none")
+    GRPO_LOG_WARN("rollout.kv_cache_dtype = \"%s\": rollouts attend over FP8 keys/values but the trainer does not, so "
+                  "their logprobs disagree more (logprob_mismatch/*); consider train.importance_sampling = "
+                  "\"token_truncate\"", cfg.rollout.kv_cache_dtype.c_str());
   r.engine = std::make_unique<Engine>(*r.ctx, *r.weights, r.tok.get(), eo);
 
   SamplingParams& sp = r.rollout_cfg.params;

@@ -96,6 +96,7 @@ Status RunConfig::validate() const {
   c.require(r.min_p >= 0 && r.min_p < 1, "rollout.min_p", r.min_p, "must be in [0, 1)");
   c.require(r.seed >= 0, "rollout.seed", r.seed, "must be >= 0");
   for (const auto& s : r.stop) c.require(!s.empty(), "rollout.stop", s, "stop strings must not be empty");
+  c.one_of("rollout.kv_cache_dtype", r.kv_cache_dtype, {"auto", "fp8", "fp8_e4m3"});
 
   const TrainSection& t = train;
   c.require(t.steps >= 1, "train.steps", t.steps, "must be >= 1");

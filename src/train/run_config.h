@@ -69,6 +69,10 @@ struct RolloutSection {
   double min_p = 0.0;            // 0 = off
   int64_t seed = 1;
   std::vector<std::string> stop; // stop strings (EOS always stops)
+  // Engine KV cache element type: auto (= model.dtype) | fp8 (alias fp8_e4m3: E4M3, one byte
+  // per element, scale 1.0, saturating at ±448; needs head_dim % 16 == 0). fp8 rollouts are
+  // scored by a trainer that reads unquantised K/V: see train.importance_sampling.
+  std::string kv_cache_dtype = "auto";
 };
 
 struct TrainSection {

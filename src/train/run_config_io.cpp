@@ -44,7 +44,7 @@ std::vector<Field> fields_of(RunConfig& c) {
       {"rollout.num_generations", &r.num_generations}, {"rollout.prompts_per_step", &r.prompts_per_step},
       {"rollout.max_new_tokens", &r.max_new_tokens}, {"rollout.temperature", &r.temperature},
       {"rollout.top_p", &r.top_p}, {"rollout.top_k", &r.top_k}, {"rollout.min_p", &r.min_p},
-      {"rollout.seed", &r.seed}, {"rollout.stop", &r.stop},
+      {"rollout.seed", &r.seed}, {"rollout.stop", &r.stop}, {"rollout.kv_cache_dtype", &r.kv_cache_dtype},
       {"train.steps", &t.steps}, {"train.lr", &t.lr}, {"train.lr_schedule", &t.lr_schedule},
       {"train.warmup_steps", &t.warmup_steps}, {"train.weight_decay", &t.weight_decay},
       {"train.adam_beta1", &t.adam_beta1}, {"train.adam_beta2", &t.adam_beta2}, {"train.adam_eps", &t.adam_eps},

@@ -63,14 +63,16 @@ inline std::vector<int32_t> read_ids(const std::string& path) {
 }
 
 // Greedy continuation by full recompute; lp_raw receives log_softmax(z)[token] in double.
+// kv_dtype: the KV cache the recompute writes and attends over (f32, or f8e4m3).
 inline std::vector<int32_t> reference_greedy(Context& ctx, const ModelWeights& w, std::vector<int32_t> seq,
-                                             int n_new, std::vector<double>* lp_raw = nullptr) {
+                                             int n_new, std::vector<double>* lp_raw = nullptr,
+                                             DType kv_dtype = DType::f32) {
   const ModelConfig& cfg = w.config;
   const int bs = 16, V = cfg.vocab_size;
   std::vector<int32_t> out;
   for (int step = 0; step < n_new; ++step) {
     const int n = int(seq.size()), nb = (n + bs - 1) / bs;
-    KVCache cache = kv_cache_allocate(cfg, Device::cpu, DType::f32, nb, bs);
+    KVCache cache = kv_cache_allocate(cfg, Device::cpu, kv_dtype, nb, bs);
     RopeTable rope = rope_table_build(cfg, Device::cpu, n);
     ForwardScratch scratch = forward_scratch_allocate(cfg, Device::cpu, DType::f32, n, 1);
     std::vector<int32_t> pos(size_t(n), 0), zeros(size_t(n), 0), table(size_t(nb), 0), last = {n - 1};

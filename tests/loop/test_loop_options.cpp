@@ -1,8 +1,11 @@
 // GRPO-loop options end to end on the CPU: μ iterations and several optimizer
 // steps per generation batch (rollout logprobs as old logprobs, deferred
 // checkpoints), the KL term against a frozen reference, importance-sampling
-// correction, exact resume with all of these, and early stopping.
+// correction, exact resume with all of these, early stopping, and rollouts over an
+// FP8 KV cache (rollout.kv_cache_dtype).
+#include <cmath>
 #include <filesystem>
+#include <fstream>
 
 #include "loop_test_util.h"
 #include "model/safetensors.h"
@@ -99,5 +102,37 @@ TEST(GrpoLoopOptions, ChatTemplateWithoutTemplateIsAnError) {
   auto r = run(tiny_config(1, {"data.use_chat_template=true"}), out);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("chat template"), std::string::npos) << r.status().message();
+  fs::remove_all(out);
+}
+
+TEST(GrpoLoopOptions, Fp8KvCacheNeedsHeadDimMultipleOf16) {
+  const std::string out = make_temp_dir("fp8bad");
+  auto r = run(tiny_config(1, {"rollout.kv_cache_dtype=fp8"}), out);  // stories260K: head_dim 8
+  ASSERT_FALSE(r.ok());
+  for (const char* word : {"rollout.kv_cache_dtype", "head_dim % 16", "auto"})
+    EXPECT_NE(r.status().message().find(word), std::string::npos) << r.status().message();
+  fs::remove_all(out);
+}
+
+TEST(GrpoLoopOptions, Fp8KvCacheRunRecordsItsKvDtypeAndMismatch) {
+  // The demo model (head_dim 32) with an FP8 KV cache and the TIS correction.
+  const std::string out = make_temp_dir("fp8");
+  RunConfig cfg = tiny_config(2, {"model.path=" + std::string(GRPO_SOURCE_DIR) + "/models/arith-tiny",
+                                  "rollout.kv_cache_dtype=fp8_e4m3", "train.importance_sampling=token_truncate",
+                                  "eval.every=0", "checkpoint.save_final=false"});
+  auto r = run(cfg, out);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  std::ifstream f(out + "/run_info.json");
+  const nlohmann::json info = nlohmann::json::parse(f);
+  EXPECT_EQ(info["engine"]["kv_cache_dtype"], "f8_e4m3");
+  // arith-tiny: 2 layers × K and V × 16 tokens × 2 kv heads × 32 dims, one byte each.
+  EXPECT_EQ(info["engine"]["kv_bytes"].get<int64_t>(), info["engine"]["n_kv_blocks"].get<int64_t>() * 2 * 2 * 16 * 2 * 32);
+  MetricsFile m = read_metrics(out + "/metrics.jsonl");
+  ASSERT_EQ(m.steps.size(), 2u);
+  for (const auto& s : m.steps) {
+    const double mis = num(s, "logprob_mismatch/max");
+    EXPECT_TRUE(std::isfinite(mis) && mis >= 0.0) << mis;
+    EXPECT_GT(num(s, "is_ratio/mean"), 0.0);
+  }
   fs::remove_all(out);
 }

@@ -153,6 +153,8 @@ TEST(RunConfig, OutOfRangeValuesNameKeyAndValue) {
   expect_error("[data.arithmetic]\ndifficulty = 7\n", {"data.arithmetic.difficulty = 7: must be 0..3"});
   expect_error("[eval]\nearly_stopping_patience = 2\n", {"eval.early_stopping_patience = 2: needs eval.every > 0"});
   expect_error("[[reward]]\nname = \"length_overlong\"\nmax_len = 10\ncache_len = 20\n", {"cache_len = 20"});
+  expect_error("[rollout]\nkv_cache_dtype = \"fp16\"\n",
+               {"rollout.kv_cache_dtype = \"fp16\": must be one of auto, fp8, fp8_e4m3"});
 }
 
 TEST(RunConfig, OverridesUseDeclaredTypes) {
@@ -173,6 +175,11 @@ TEST(RunConfig, OverridesUseDeclaredTypes) {
   EXPECT_DOUBLE_EQ(r->reward[3].weight, 0.5);
   EXPECT_EQ(r->reward[2].params["max_len"], 1024);
   EXPECT_DOUBLE_EQ(r->reward[0].weight, 2.0);
+
+  auto kv = run_config_parse(kFull, "full.toml", {"rollout.kv_cache_dtype=fp8"});
+  ASSERT_TRUE(kv.ok()) << kv.status().message();
+  EXPECT_EQ(kv->rollout.kv_cache_dtype, "fp8");
+  EXPECT_EQ(RunConfig().rollout.kv_cache_dtype, "auto");
 
   expect_error("", {"--set train.steps=abc", "train.steps", "is not an integer"}, {"train.steps=abc"});
   expect_error("", {"train.steps = 2.5: expected an integer"}, {"train.steps=2.5"});

@@ -5,9 +5,13 @@
 //   dp_j = dout·v_j,  da_j = p_j·(dp_j − Δ),  dq = s·Σ_j da_j·k_j,
 //   dk_j += s·da_j·q,  dv_j += p_j·dout.
 // The paged form reads the same rows through the block table; both share attend_row.
+// A paged cache is f32 or f8e4m3 (kv_cache_dtype = fp8): rows are converted to E4M3
+// on write and decoded to their exact f32 values on read, so attention over an fp8
+// cache is the f32 computation over the quantised keys and values.
 #include "kernels/attention.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -58,6 +62,26 @@ std::vector<int32_t> token_seqs(const AttnVarlen& meta, int64_t T) {
   for (size_t i = 0; i + 1 < meta.cu_seqlens.size(); ++i)
     for (int32_t t = meta.cu_seqlens[i]; t < meta.cu_seqlens[i + 1]; ++t) s[size_t(t)] = int32_t(i);
   return s;
+}
+
+// f32 value of every E4M3 code (NaN codes decode to NaN).
+const std::array<float, 256>& f8e4m3_table() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int b = 0; b < 256; ++b) t[size_t(b)] = f8e4m3_to_f32(uint8_t(b));
+    return t;
+  }();
+  return table;
+}
+
+// Copies n f32 values into a cache row of dtype `dt` (f32 or f8e4m3).
+void store_row(void* dst, DType dt, const float* src, int64_t n) {
+  if (dt == DType::f32) {
+    std::memcpy(dst, src, size_t(n) * sizeof(float));
+    return;
+  }
+  uint8_t* d = static_cast<uint8_t*>(dst);
+  for (int64_t i = 0; i < n; ++i) d[i] = f32_to_f8e4m3(src[i]);
 }
 
 int64_t max_len(const AttnVarlen& meta) {
@@ -141,11 +165,14 @@ void attention_backward(Context& ctx, Tensor& dq, Tensor& dk, Tensor& dv, const 
 void kv_cache_write(Context& ctx, Tensor& k_cache, Tensor& v_cache, const Tensor& k, const Tensor& v,
                     const PagedAttnMeta& meta) {
   const int64_t T = k.shape[0], row = k.shape[1] * k.shape[2];
+  const DType dt = k_cache.dtype;
+  const size_t row_bytes = size_t(row) * dtype_size(dt);
   const int32_t* slot = meta.slot_mapping.ptr<int32_t>();
+  uint8_t *KC = k_cache.ptr<uint8_t>(), *VC = v_cache.ptr<uint8_t>();
   for (int64_t t = 0; t < T; ++t) {
     if (slot[t] < 0) continue;  // padding token: nothing to store
-    std::memcpy(k_cache.ptr<float>() + int64_t(slot[t]) * row, k.ptr<float>() + t * row, size_t(row) * 4);
-    std::memcpy(v_cache.ptr<float>() + int64_t(slot[t]) * row, v.ptr<float>() + t * row, size_t(row) * 4);
+    store_row(KC + size_t(slot[t]) * row_bytes, dt, k.ptr<float>() + t * row, row);
+    store_row(VC + size_t(slot[t]) * row_bytes, dt, v.ptr<float>() + t * row, row);
   }
 }
 
@@ -157,18 +184,28 @@ void attention_paged(Context& ctx, Tensor& out, const Tensor& q, const Tensor& k
   const float scale = 1.f / std::sqrt(float(D));
   const int32_t *SEQ = meta.token_seq.ptr<int32_t>(), *POS = meta.token_pos.ptr<int32_t>();
   const int32_t* BT = meta.block_table.ptr<int32_t>();
-  const float *Q = q.ptr<float>(), *KC = k_cache.ptr<float>(), *VC = v_cache.ptr<float>();
+  const float* Q = q.ptr<float>();
+  const bool fp8 = k_cache.dtype == DType::f8e4m3;
+  const float* lut = f8e4m3_table().data();
   float* O = out.ptr<float>();
   int64_t L = 0;
   for (int64_t t = 0; t < T; ++t) L = std::max<int64_t>(L, POS[t] + 1);
   ctx.parallel_for(T * Hq, [&](int64_t i0, int64_t i1) {
     std::vector<float> p(static_cast<size_t>(L));
+    std::vector<float> row(fp8 ? size_t(D) : 0);  // one decoded fp8 row; attend_row uses each row before the next
+    // Row `s` (a slot·Hkv + head index) of a cache as f32.
+    auto read = [&](const Tensor& cache, int64_t s) -> const float* {
+      if (!fp8) return cache.ptr<float>() + s * D;
+      const uint8_t* b = cache.ptr<uint8_t>() + s * D;
+      for (int64_t d = 0; d < D; ++d) row[size_t(d)] = lut[b[d]];
+      return row.data();
+    };
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t t = i / Hq, h = i % Hq, g = h / G;
       const int32_t* table = BT + int64_t(SEQ[t]) * max_blocks;
       auto slot = [&](int64_t j) { return (int64_t(table[j / bs]) * bs + j % bs) * Hkv + g; };
-      auto key = [&](int64_t j) { return KC + slot(j) * D; };
-      auto val = [&](int64_t j) { return VC + slot(j) * D; };
+      auto key = [&](int64_t j) { return read(k_cache, slot(j)); };
+      auto val = [&](int64_t j) { return read(v_cache, slot(j)); };
       attend_row(Q + i * D, int64_t(POS[t]) + 1, D, scale, key, val, p.data(), O + i * D);
     }
   }, min_items(L, D));

@@ -2,6 +2,9 @@
 // (x[i], x[i+D/2]) rotated by θ = angle(pos, i):
 //   x[i]' = x[i]·cos − x[i+D/2]·sin,  x[i+D/2]' = x[i+D/2]·cos + x[i]·sin.
 // The backward is the transpose of that rotation, i.e. the rotation by −θ.
+// The fused cache writes are rope_forward followed by kv_cache_write, so an
+// f8e4m3 cache receives the rotated f32 rows converted exactly as kv_cache_write
+// converts them.
 #include "kernels/elementwise.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"

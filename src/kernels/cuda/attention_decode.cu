@@ -1,7 +1,9 @@
 // Tensor-core paged attention for query tokens taken one at a time (decode rows; any row of a
 // paged batch when no prefill tile list is given), bf16 with head dim 64 or 128 and GQA groups
-// of 4 to 16 query heads per kv head. attention_paged (attention.cu) calls it first and
-// falls back to the CUDA-core attn_paged_kernel for everything else (f32, other head dims).
+// of 4 to 16 query heads per kv head; the caches bf16 or FP8 E4M3 (kv_cache_dtype = fp8: the
+// ring holds FP8 tiles, half the bytes, widened per warp into bf16 just before the products).
+// attention_paged (attention.cu) calls it first and falls back to the CUDA-core
+// attn_paged_kernel for everything else (f32, other head dims).
 //
 // Layout: grid (tokens, Hkv, Z), 128 threads = 4 warps. A block takes one query token and one
 // kv head; its G query heads are the rows of a 16-row mma tile (rows >= G are zero and never
@@ -58,13 +60,20 @@ struct DecArgs {
   int64_t tok0;
   int max_blocks, block_size, Hq, Hkv, G, n_splits, part;
   float scale;
+  const uint8_t* k8;  // FP8 caches (E4M3, (n_blocks,bs,Hkv,D) bytes): used instead of k, v
+  const uint8_t* v8;
 };
 
-template <int D, int NS>
+// F8 (FP8 E4M3 caches): the ring's stages hold FP8 K and V tiles (D bytes per row, unpadded:
+// half the bytes of a bf16 stage), followed by one bf16 K and V tile into which each warp
+// widens its 16 keys of the tile being computed.
+template <int D, int NS, bool F8 = false>
 struct DecCfg {
   static constexpr int LD = D + 8;          // padded shared row (elements)
   static constexpr int TS = kTile * LD;     // one K or V tile (elements)
-  static constexpr size_t ring = size_t(NS) * 2 * TS * sizeof(__nv_bfloat16);
+  static constexpr int TS8 = kTile * D;     // one FP8 K or V tile (bytes)
+  static constexpr size_t ring = F8 ? size_t(NS) * 2 * TS8 + size_t(2) * TS * sizeof(__nv_bfloat16)
+                                    : size_t(NS) * 2 * TS * sizeof(__nv_bfloat16);
   static constexpr size_t tab = size_t(kTab) * sizeof(int32_t);  // the token's block-table row
   static constexpr size_t q_bytes = size_t(16) * LD * sizeof(__nv_bfloat16);
   static constexpr size_t stat_bytes = size_t(4 * 16 * 2 + 32) * sizeof(float);
@@ -76,12 +85,18 @@ struct DecCfg {
   }
 };
 
-template <int D, int NS>
+// F8: the K/V tiles are FP8 in the ring (16-byte copies of 16 elements); a warp widens its 16
+// keys of the tile (exactly) into its rows of the bf16 tiles `wide` just before its products
+// (no block barrier: no other warp reads those rows), so its mma operands, and with them the
+// outputs, are bit for bit those of the bf16 kernel on a bf16 cache holding the same values.
+template <int D, int NS, bool F8>
 __global__ void __launch_bounds__(kThreads) attn_decode_tc_kernel(DecArgs a) {
-  using C = DecCfg<D, NS>;
-  constexpr int LD = C::LD, TS = C::TS, CPR = D / 8;
+  using C = DecCfg<D, NS, F8>;
+  constexpr int LD = C::LD, TS = C::TS, TS8 = C::TS8, CPR = D / 8;
   extern __shared__ __align__(16) unsigned char smraw[];
   __nv_bfloat16* ring = reinterpret_cast<__nv_bfloat16*>(smraw);  // stage s: K at 2s·TS, V at (2s+1)·TS
+  uint8_t* ring8 = smraw;                                         // F8: stage s: K at 2s·TS8, V at (2s+1)·TS8
+  __nv_bfloat16* wide = reinterpret_cast<__nv_bfloat16*>(smraw + size_t(NS) * 2 * TS8);  // F8: K, then V at TS
   int32_t* stab = reinterpret_cast<int32_t*>(smraw + C::ring);
   __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smraw + C::ring + C::tab);
   float* wm = reinterpret_cast<float*>(smraw + C::ring + C::tab);  // reuses the q tile (see DecCfg)
@@ -122,6 +137,29 @@ __global__ void __launch_bounds__(kThreads) attn_decode_tc_kernel(DecArgs a) {
   // block-table lookups of all of this thread's rows are done first: the cp.async below are
   // memory-ordering asm statements, so a lookup placed after one could not be hoisted.
   auto issue = [&](int stage, int k0, int kend) {
+    if constexpr (F8) {
+      uint8_t* Ks = ring8 + stage * 2 * TS8;
+      uint8_t* Vs = Ks + TS8;
+      constexpr int CPR8 = D / 16;                    // 16-byte chunks per FP8 row
+      constexpr int kPer = kTile * CPR8 / kThreads;  // chunks per thread (4 or 2)
+      static_assert(kTile * CPR8 % kThreads == 0 && kThreads % CPR8 == 0, "every thread keeps one chunk column");
+      const int c = tid % CPR8;
+      int64_t off[kPer];
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const int p = k0 + tid / CPR8 + i * (kThreads / CPR8);
+        off[i] = p < kend ? (int64_t(entry(p / a.block_size)) * a.block_size + p % a.block_size) * a.Hkv : -1;
+      }
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const int r = tid / CPR8 + i * (kThreads / CPR8);
+        const bool ok = off[i] >= 0;
+        const int64_t g = ok ? (off[i] + kh) * D + c * 16 : 0;
+        cp_async16(Ks + r * D + c * 16, a.k8 + g, ok);
+        cp_async16(Vs + r * D + c * 16, a.v8 + g, ok);
+      }
+      return;
+    }
     __nv_bfloat16* Ks = ring + stage * 2 * TS;
     __nv_bfloat16* Vs = Ks + TS;
     constexpr int kPer = kTile * CPR / kThreads;  // chunks per thread (8 or 4)
@@ -185,10 +223,15 @@ __global__ void __launch_bounds__(kThreads) attn_decode_tc_kernel(DecArgs a) {
     }
     cp_commit();
     const int kend = part_end(cp);
-    const __nv_bfloat16* Kt = ring + (it % NS) * 2 * TS;
+    const __nv_bfloat16* Kt = F8 ? wide : ring + (it % NS) * 2 * TS;
     const __nv_bfloat16* Vt = Kt + TS;
     const int kb = ck + warp * 16;  // this warp's first key
     if (kb < kend) {
+      if constexpr (F8) {  // this warp's 16 keys of the stage → its rows of `wide`
+        const uint8_t* K8 = ring8 + (it % NS) * 2 * TS8 + warp * 16 * D;
+        widen_e4m3_kv<D, 16, 32>(wide + warp * 16 * LD, wide + TS + warp * 16 * LD, K8, K8 + TS8, lane);
+        __syncwarp();
+      }
       const int mi = lane >> 3;
       float s[2][4];
 #pragma unroll
@@ -280,14 +323,20 @@ __global__ void __launch_bounds__(kThreads) attn_decode_tc_kernel(DecArgs a) {
   cp_wait<0>();  // no copy may be left in flight when the block exits
 }
 
-template <int D, int NS>
+template <int D, int NS, bool F8>
 void launch_decode(Context& ctx, const DecArgs& a, dim3 grid) {
-  const size_t smem = DecCfg<D, NS>::bytes(a.G);
+  const size_t smem = DecCfg<D, NS, F8>::bytes(a.G);
   // Per launch (a host-side attribute, valid during graph capture): the size depends on G
   // and the current device may differ between calls.
-  CUDA_CHECK(cudaFuncSetAttribute(attn_decode_tc_kernel<D, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  CUDA_CHECK(cudaFuncSetAttribute(attn_decode_tc_kernel<D, NS, F8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   int(smem)));
-  launch_pdl(ctx, attn_decode_tc_kernel<D, NS>, grid, dim3(kThreads), smem, a);
+  launch_pdl(ctx, attn_decode_tc_kernel<D, NS, F8>, grid, dim3(kThreads), smem, a);
+}
+template <int D, bool F8>
+void launch_decode_ns(Context& ctx, const DecArgs& a, dim3 grid, int ns) {
+  if (ns == 5) launch_decode<D, 5, F8>(ctx, a, grid);
+  else if (ns == 3) launch_decode<D, 3, F8>(ctx, a, grid);
+  else launch_decode<D, 2, F8>(ctx, a, grid);
 }
 
 // Ring depth: the deepest of 5 (head dim 64), 3 and 2 stages with which two blocks still fit an
@@ -295,17 +344,19 @@ void launch_decode(Context& ctx, const DecArgs& a, dim3 grid) {
 // steps of the GRPO shape have about one block per SM slot, so the bytes in flight per block,
 // not the number of blocks, decide the rate (ncu, Qwen2.5-0.5B at context 330: 3 stages ran
 // at 17% of DRAM bandwidth with 10% achieved occupancy).
+// The same rule for FP8 caches, with their smaller stages (head dim 64: 5 stages; 128: 3 for
+// G <= 12, else 2).
 constexpr size_t kTwoPerSm = 110u * 1024u;
-template <int D>
+template <int D, bool F8>
 int stages_for(int G) {
   static const int forced = int(env_long("GRPO_DECODE_STAGES", 0, 2, 5));  // 2|3|5 (A/B runs)
   if (forced == 2 || forced == 3 || forced == 5) return forced;
-  if (D == 64 && DecCfg<D, 5>::bytes(G) <= kTwoPerSm) return 5;
-  return DecCfg<D, 3>::bytes(G) <= kTwoPerSm ? 3 : 2;
+  if (D == 64 && DecCfg<D, 5, F8>::bytes(G) <= kTwoPerSm) return 5;
+  return DecCfg<D, 3, F8>::bytes(G) <= kTwoPerSm ? 3 : 2;
 }
-template <int D>
+template <int D, bool F8>
 size_t decode_smem(int ns, int G) {
-  return ns == 5 ? DecCfg<D, 5>::bytes(G) : ns == 3 ? DecCfg<D, 3>::bytes(G) : DecCfg<D, 2>::bytes(G);
+  return ns == 5 ? DecCfg<D, 5, F8>::bytes(G) : ns == 3 ? DecCfg<D, 3, F8>::bytes(G) : DecCfg<D, 2, F8>::bytes(G);
 }
 
 }  // namespace
@@ -313,8 +364,9 @@ size_t decode_smem(int ns, int G) {
 bool attention_paged_decode_tc(Context& ctx, Tensor& out, const Tensor& q, const Tensor& k_cache,
                                const Tensor& v_cache, const PagedAttnMeta& meta) {
   static const bool enabled = !env_off("GRPO_DECODE_TC");  // 0: the CUDA-core kernel (A/B measurements)
-  if (!enabled || q.dtype != DType::bf16) return false;
-  if (k_cache.dtype != DType::bf16) return false;  // FP8 caches: not yet in this kernel
+  if (!enabled || q.dtype != DType::bf16 || out.dtype != DType::bf16 || v_cache.dtype != k_cache.dtype) return false;
+  const bool f8 = k_cache.dtype == DType::f8e4m3;  // FP8 E4M3 caches (kv_cache_dtype = fp8)
+  if (!f8 && k_cache.dtype != DType::bf16) return false;
   const int D = int(q.shape[2]), Hq = int(q.shape[1]), Hkv = int(k_cache.shape[2]);
   // Groups of 4..16 query heads per kv head: the mma rows carry the group, so the scores of
   // the whole group cost one tensor-core product. For G < 4 the CUDA-core kernel (which takes
@@ -328,8 +380,13 @@ bool attention_paged_decode_tc(Context& ctx, Tensor& out, const Tensor& q, const
   DecArgs a{};
   a.q = q.ptr<__nv_bfloat16>();
   a.out = out.ptr<__nv_bfloat16>();
-  a.k = k_cache.ptr<__nv_bfloat16>();
-  a.v = v_cache.ptr<__nv_bfloat16>();
+  if (f8) {
+    a.k8 = k_cache.ptr<uint8_t>();
+    a.v8 = v_cache.ptr<uint8_t>();
+  } else {
+    a.k = k_cache.ptr<__nv_bfloat16>();
+    a.v = v_cache.ptr<__nv_bfloat16>();
+  }
   a.token_seq = meta.token_seq.ptr<int32_t>();
   a.token_pos = meta.token_pos.ptr<int32_t>();
   a.block_table = meta.block_table.ptr<int32_t>();
@@ -348,8 +405,10 @@ bool attention_paged_decode_tc(Context& ctx, Tensor& out, const Tensor& q, const
   GRPO_CHECK_MSG(a.n_splits <= 65535, "attention_paged: max_context too large for the decode kernel");
   const int64_t chunk = a.n_splits > 1 ? alloc_partials(ctx, T, Hq, a.n_splits, D, &a.part_acc, &a.part_ml)
                                        : std::min<int64_t>(T, 0x7fffffff);
-  const int ns = D == 64 ? stages_for<64>(a.G) : stages_for<128>(a.G);
-  const size_t smem = D == 64 ? decode_smem<64>(ns, a.G) : decode_smem<128>(ns, a.G);
+  const int ns = D == 64 ? (f8 ? stages_for<64, true>(a.G) : stages_for<64, false>(a.G))
+                         : (f8 ? stages_for<128, true>(a.G) : stages_for<128, false>(a.G));
+  const size_t smem = D == 64 ? (f8 ? decode_smem<64, true>(ns, a.G) : decode_smem<64, false>(ns, a.G))
+                              : (f8 ? decode_smem<128, true>(ns, a.G) : decode_smem<128, false>(ns, a.G));
   const int per_sm = std::max(1, std::min(4, int((228u * 1024u) / (smem + 1024u))));  // resident blocks per SM
   for (int64_t t0 = 0; t0 < T; t0 += chunk) {
     a.tok0 = t0;
@@ -362,13 +421,11 @@ bool attention_paged_decode_tc(Context& ctx, Tensor& out, const Tensor& q, const
         std::max<int64_t>(ceil_div(a.n_splits, 4), ceil_div(int64_t(sm_count()) * per_sm * waves, pairs));
     const dim3 grid(unsigned(n), unsigned(Hkv), unsigned(std::min<int64_t>(z, a.n_splits)));
     if (D == 64) {
-      if (ns == 5) launch_decode<64, 5>(ctx, a, grid);
-      else if (ns == 3) launch_decode<64, 3>(ctx, a, grid);
-      else launch_decode<64, 2>(ctx, a, grid);
+      if (f8) launch_decode_ns<64, true>(ctx, a, grid, ns);
+      else launch_decode_ns<64, false>(ctx, a, grid, ns);
     } else {
-      if (ns == 5) launch_decode<128, 5>(ctx, a, grid);
-      else if (ns == 3) launch_decode<128, 3>(ctx, a, grid);
-      else launch_decode<128, 2>(ctx, a, grid);
+      if (f8) launch_decode_ns<128, true>(ctx, a, grid, ns);
+      else launch_decode_ns<128, false>(ctx, a, grid, ns);
     }
     if (a.n_splits > 1)
       launch_paged_combine(ctx, DType::bf16, a.out, a.part_acc, a.part_ml, a.token_pos, T, t0, n, Hq, a.n_splits, D,

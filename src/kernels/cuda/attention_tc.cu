@@ -16,7 +16,10 @@
 //            up to 64 consecutive query rows of one sequence, one query head); the same key
 //            walk and softmax (fwd_walk, shared with the forward), over key positions 0 ..
 //            of the sequence, whose K/V rows are gathered through the block table
-//            (load_rows with a paged row-offset functor); writes out only.
+//            (load_rows with a paged row-offset functor); writes out only. With FP8 (E4M3)
+//            caches (PagedTcArgs::kv_fp8) the K/V tiles are copied as bytes into two staging
+//            stages and widened (exactly) into one bf16 K/V tile per step (fwd_walk's staged
+//            walk): outputs bit for bit those over a bf16 cache holding the same values.
 //   dq:      block = (64 query tokens, one query head); same walk; recomputes P from lse,
 //            dP = dO·Vᵀ, dS, and accumulates dq += dS·K.
 //   dk/dv:   block = (64 key tokens, one kv head); walks the group's query heads and the
@@ -32,6 +35,7 @@
 #include "kernels/cuda/mma.cuh"
 
 #include <cmath>
+#include <type_traits>
 
 namespace grpo::cuda {
 
@@ -95,6 +99,30 @@ __device__ __forceinline__ void load_rows_hoisted(__nv_bfloat16* const (&dst)[N]
     const bool ok = o[j] >= 0;
 #pragma unroll
     for (int i = 0; i < N; ++i) cp_async16(dst[i] + r * LD + c * 8, src[i] + (ok ? o[j] : 0) + c * 8, ok);
+  }
+}
+
+// load_rows_hoisted for the FP8 (E4M3) KV cache: the 64 rows of a K and a V staging tile
+// (unpadded, D bytes per row; the widening step turns them into the padded bf16 layout) from
+// caches that share one row layout (off as above: element offsets, which are byte offsets
+// here). 16-byte chunks of 16 elements, half as many copies as the bf16 tiles take.
+template <int D, class RowOff>
+__device__ __forceinline__ void load_rows_e4m3(uint8_t* Kd, uint8_t* Vd, const uint8_t* Ksrc, const uint8_t* Vsrc,
+                                               RowOff off) {
+  constexpr int CPR = D / 16;  // 16-byte chunks per row
+  constexpr int kPer = kTile * CPR / kThreads;
+  static_assert(kTile * CPR % kThreads == 0 && kThreads % CPR == 0, "load_rows_e4m3: fixed chunk column");
+  const int c = threadIdx.x % CPR, r0 = threadIdx.x / CPR;
+  int64_t o[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) o[j] = off(r0 + j * (kThreads / CPR));
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int r = r0 + j * (kThreads / CPR);
+    const bool ok = o[j] >= 0;
+    const int64_t src = (ok ? o[j] : 0) + c * 16;
+    cp_async16(Kd + r * D + c * 16, Ksrc + src, ok);
+    cp_async16(Vd + r * D + c * 16, Vsrc + src, ok);
   }
 }
 
@@ -227,17 +255,27 @@ struct FwdState {
   float acc[D / 8][4];
 };
 
+// The walk's widening step when K/V tiles are loaded as bf16: none (a tag, never called).
+struct NoWiden {};
+
 // The forward key walk shared by the packed (training) and the paged (prefill) kernels:
 // key tile it holds keys ks + 64·it .. ks + 64·it + 63 (buffer it & 1); row i of this thread
 // sees key col iff lo[i] <= col <= hi[i] (lo = INT64_MAX: a padding row that sees nothing).
 // The warp skips tiles that start past warp_last, the last key any of its rows may see.
 // On entry Q is being loaded into Qs and key tile 0 into buffer 0 (committed); issue(j)
 // issues key tile j (see kv_next).
-template <int D, class Issue>
+// Staged walk (a Widen other than NoWiden; the FP8 KV cache): issue(j) copies tile j into
+// staging buffer j & 1 instead, and once it has landed widen(j) turns it into the single
+// bf16 K/V tiles Ks, Vs (a barrier on each side: the tiles are free when every warp is done
+// with tile j − 1, and read only after every thread has written its part). No barrier ends
+// the iteration: the staging buffer that issue(j + 2) overwrites was last read by widen(j),
+// before the barrier that precedes tile j's products.
+template <int D, class Issue, class Widen = NoWiden>
 __device__ __forceinline__ void fwd_walk(FwdState<D>& st, const __nv_bfloat16* Qs, const __nv_bfloat16* Ks,
                                          const __nv_bfloat16* Vs, int n_tiles, int64_t ks, int64_t warp_last,
                                          const int64_t (&lo)[2], const int64_t (&hi)[2], float sl2,
-                                         const Issue& issue) {
+                                         const Issue& issue, const Widen& widen = Widen{}) {
+  constexpr bool kStaged = !std::is_same_v<Widen, NoWiden>;
   constexpr int TS = kTile * (D + 8);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t4 = lane & 3;
   float(&m)[2] = st.m;
@@ -252,8 +290,15 @@ __device__ __forceinline__ void fwd_walk(FwdState<D>& st, const __nv_bfloat16* Q
     const int64_t k0 = ks + int64_t(it) * kTile;
     kv_next(it, n_tiles, issue);
     __syncthreads();
-    const __nv_bfloat16* Kt = Ks + (it & 1) * TS;
-    const __nv_bfloat16* Vt = Vs + (it & 1) * TS;
+    const __nv_bfloat16* Kt = Ks;
+    const __nv_bfloat16* Vt = Vs;
+    if constexpr (kStaged) {
+      widen(it);
+      __syncthreads();
+    } else {
+      Kt += (it & 1) * TS;
+      Vt += (it & 1) * TS;
+    }
     if (k0 <= warp_last) {  // some key of this tile is visible to some row of the warp
       float s[8][4];
       tile_qkT<D>(s, Qs, warp * 16, Kt, lane);
@@ -269,7 +314,7 @@ __device__ __forceinline__ void fwd_walk(FwdState<D>& st, const __nv_bfloat16* Q
       online_softmax_step(s, m, l, acc);
       tile_pv<D>(acc, s, Vt, lane);
     }
-    __syncthreads();
+    if constexpr (!kStaged) __syncthreads();
   }
 }
 
@@ -294,6 +339,12 @@ __device__ __forceinline__ float fwd_finish(const FwdState<D>& st, int i, __nv_b
 template <int D>
 constexpr size_t fwd_smem() {
   return size_t(5) * kTile * (D + 8) * sizeof(__nv_bfloat16);
+}
+// Paged prefill over an FP8 cache: Q, one bf16 K and V tile, and two stages of FP8 K and V
+// staging tiles (D = 64: 44,032 bytes, D = 128: 84,992; the bf16 kernel's are 46,080 and 87,040).
+template <int D>
+constexpr size_t paged_fp8_smem() {
+  return size_t(3) * kTile * (D + 8) * sizeof(__nv_bfloat16) + size_t(4) * kTile * D;
 }
 
 template <int D>
@@ -334,13 +385,17 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_tc_kernel(TcArgs a) {
 // (block_table[seq][p / block_size]·block_size + p % block_size)·Hkv + kh; positions past
 // the sequence's last query are zero-filled and masked. Query rows past n_rows are
 // zero-filled padding: they see no key, and warps made only of them skip every tile.
-template <int D>
+// F8 (FP8 E4M3 caches): the K/V tiles come as bytes through two staging stages and are
+// widened (exactly) into one bf16 K and V tile before the products (fwd_walk's staged walk),
+// so the mma operands, and with them the outputs, are bit for bit those of the bf16 kernel on
+// a bf16 cache holding the same values.
+template <int D, bool F8>
 __global__ void __launch_bounds__(kThreads) attn_paged_prefill_tc_kernel(PagedTcArgs a) {
   constexpr int LD = D + 8, TS = kTile * LD;
   extern __shared__ __align__(16) unsigned char smraw[];
   __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smraw);
-  __nv_bfloat16* Ks = Qs + TS;      // 2 buffers
-  __nv_bfloat16* Vs = Ks + 2 * TS;  // 2 buffers
+  __nv_bfloat16* Ks = Qs + TS;                 // 2 buffers (F8: 1)
+  __nv_bfloat16* Vs = Ks + (F8 ? 1 : 2) * TS;  // 2 buffers (F8: 1)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   const int h = blockIdx.y, kh = h / a.G;
   const int32_t* tile = a.tiles + int64_t(blockIdx.x) * 4;
@@ -351,8 +406,6 @@ __global__ void __launch_bounds__(kThreads) attn_paged_prefill_tc_kernel(PagedTc
   const int n_tiles = (n_keys - 1) / kTile + 1;
   const int bs = a.block_size, Hq = a.Hq, Hkv = a.Hkv;
   const auto* q = static_cast<const __nv_bfloat16*>(a.q);
-  const auto* kc = static_cast<const __nv_bfloat16*>(a.k_cache);
-  const auto* vc = static_cast<const __nv_bfloat16*>(a.v_cache);
 
   // This thread's rows r (tile rows warp·16 + g, + 8) see keys 0 .. pos0 + r.
   int64_t lo[2], hi[2];
@@ -365,21 +418,47 @@ __global__ void __launch_bounds__(kThreads) attn_paged_prefill_tc_kernel(PagedTc
   const int64_t warp_last = warp * 16 < n_rows ? int64_t(pos0) + min(warp * 16 + 15, n_rows - 1) : -1;
 
   load_rows<D, 1>({Qs}, {q}, [=](int r) { return r < n_rows ? ((row0 + r) * Hq + h) * D : int64_t(-1); });
-  const auto kv = [=](int j) {
-    const int b = j & 1;
-    const int k0 = j * kTile;
-    load_rows_hoisted<D, 2>({Ks + b * TS, Vs + b * TS}, {kc, vc}, [=](int r) {
-      const int p = k0 + r;
-      if (p >= n_keys) return int64_t(-1);
-      const int64_t slot = int64_t(bt[p / bs]) * bs + p % bs;
-      return (slot * Hkv + kh) * D;
-    });
-  };
-  kv(0);
-  cp_commit();
-
   FwdState<D> st;
-  fwd_walk<D>(st, Qs, Ks, Vs, n_tiles, 0, warp_last, lo, hi, a.scale * kLog2e, kv);
+  if constexpr (F8) {
+    constexpr int TS8 = kTile * D;  // one staging tile (bytes)
+    uint8_t* K8 = reinterpret_cast<uint8_t*>(Vs + TS);  // 2 stages
+    uint8_t* V8 = K8 + 2 * TS8;                         // 2 stages
+    const auto* kc = static_cast<const uint8_t*>(a.k_cache);
+    const auto* vc = static_cast<const uint8_t*>(a.v_cache);
+    const auto kv = [=](int j) {
+      const int b = j & 1;
+      const int k0 = j * kTile;
+      load_rows_e4m3<D>(K8 + b * TS8, V8 + b * TS8, kc, vc, [=](int r) {
+        const int p = k0 + r;
+        if (p >= n_keys) return int64_t(-1);
+        const int64_t slot = int64_t(bt[p / bs]) * bs + p % bs;
+        return (slot * Hkv + kh) * D;
+      });
+    };
+    const auto widen = [=](int j) {
+      const int b = j & 1;
+      widen_e4m3_kv<D, kTile, kThreads>(Ks, Vs, K8 + b * TS8, V8 + b * TS8, int(threadIdx.x));
+    };
+    kv(0);
+    cp_commit();
+    fwd_walk<D>(st, Qs, Ks, Vs, n_tiles, 0, warp_last, lo, hi, a.scale * kLog2e, kv, widen);
+  } else {
+    const auto* kc = static_cast<const __nv_bfloat16*>(a.k_cache);
+    const auto* vc = static_cast<const __nv_bfloat16*>(a.v_cache);
+    const auto kv = [=](int j) {
+      const int b = j & 1;
+      const int k0 = j * kTile;
+      load_rows_hoisted<D, 2>({Ks + b * TS, Vs + b * TS}, {kc, vc}, [=](int r) {
+        const int p = k0 + r;
+        if (p >= n_keys) return int64_t(-1);
+        const int64_t slot = int64_t(bt[p / bs]) * bs + p % bs;
+        return (slot * Hkv + kh) * D;
+      });
+    };
+    kv(0);
+    cp_commit();
+    fwd_walk<D>(st, Qs, Ks, Vs, n_tiles, 0, warp_last, lo, hi, a.scale * kLog2e, kv);
+  }
 
   auto* out = static_cast<__nv_bfloat16*>(a.out);
 #pragma unroll
@@ -609,11 +688,11 @@ void launch_fwd(Context& ctx, const TcArgs& a) {
   CUDA_CHECK_LAUNCH();
 }
 
-template <int D>
+template <int D, bool F8>
 void launch_paged_prefill(Context& ctx, const PagedTcArgs& a) {
-  const size_t sm = fwd_smem<D>();
-  set_smem(attn_paged_prefill_tc_kernel<D>, sm);
-  attn_paged_prefill_tc_kernel<D><<<dim3(unsigned(a.n_tiles), unsigned(a.Hq)), kThreads, sm, stream_of(ctx)>>>(a);
+  const size_t sm = F8 ? paged_fp8_smem<D>() : fwd_smem<D>();
+  set_smem(attn_paged_prefill_tc_kernel<D, F8>, sm);
+  attn_paged_prefill_tc_kernel<D, F8><<<dim3(unsigned(a.n_tiles), unsigned(a.Hq)), kThreads, sm, stream_of(ctx)>>>(a);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -652,13 +731,17 @@ bool attention_backward_tc(Context& ctx, const TcArgs& args, DType dt) {
 
 bool attention_paged_prefill_tc(Context& ctx, const PagedTcArgs& a, DType dt) {
   if (!attention_tc_supported(dt, a.D) || a.n_tiles == 0) return false;
-  if (a.kv_fp8) return false;  // FP8 caches: not yet in this kernel
   GRPO_CHECK_MSG(a.n_tiles > 0 && a.tiles && a.block_table, "attention_paged_prefill_tc: tile list and block table needed");
   GRPO_CHECK_MSG(a.Hkv > 0 && a.Hq % a.Hkv == 0 && a.G == a.Hq / a.Hkv, "attention_paged_prefill_tc: Hq must be G·Hkv");
   GRPO_CHECK_MSG(a.block_size > 0 && a.max_blocks > 0, "attention_paged_prefill_tc: block_size and max_blocks must be > 0");
   GRPO_CHECK_MSG(a.Hq <= 65535, "attention_paged_prefill_tc: more than 65535 query heads (grid y)");
-  if (a.D == 64) launch_paged_prefill<64>(ctx, a);
-  else launch_paged_prefill<128>(ctx, a);
+  if (a.kv_fp8) {
+    if (a.D == 64) launch_paged_prefill<64, true>(ctx, a);
+    else launch_paged_prefill<128, true>(ctx, a);
+  } else {
+    if (a.D == 64) launch_paged_prefill<64, false>(ctx, a);
+    else launch_paged_prefill<128, false>(ctx, a);
+  }
   return true;
 }
 

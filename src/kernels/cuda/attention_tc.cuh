@@ -22,7 +22,9 @@ struct TcArgs {
   float scale;
 };
 
-// Paged prefill (attention_paged with a tile list, see PagedAttnMeta::prefill_tiles).
+// Paged prefill (attention_paged with a tile list, see PagedAttnMeta::prefill_tiles): q/out
+// bf16; the caches bf16, or FP8 E4M3 with kv_fp8 (read as their exact values: the output is
+// bit for bit the one over a bf16 cache holding the widened values).
 struct PagedTcArgs {
   const void* q;               // (T,Hq,D)
   void* out;                   // (T,Hq,D)

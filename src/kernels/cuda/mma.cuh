@@ -3,9 +3,11 @@
 //   ldmatrix x4 (plain and transposed), mma.sync m16n8k16 bf16 → f32 (A row-major in 4
 //   registers, B as rows of k in 2), 16-byte cp.async with zero fill (optionally with an L2
 //   eviction policy), commit/wait groups. The asm statements that touch shared memory
-//   clobber memory so ordinary shared accesses stay on the right side of them.
+//   clobber memory so ordinary shared accesses stay on the right side of them. Also the
+//   widening of FP8 (E4M3) K/V rows to the bf16 operand layout (KV cache dtype fp8).
 #pragma once
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/fp8.cuh"
 
 namespace grpo::cuda::tc {
 
@@ -32,6 +34,40 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
       "{%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Eight E4M3 bytes (byte i = element i) → the eight bf16 of a 16-byte chunk of a bf16 row,
+// exactly (every E4M3 value is a bf16 value): lets an FP8 tile be widened into the padded
+// bf16 shared layout that the ldmatrix/mma code reads.
+__device__ __forceinline__ uint4 e4m3x8_to_bf16x8(uint2 w) {
+  return make_uint4(e4m3x2_to_bf16x2(uint16_t(w.x & 0xffffu)), e4m3x2_to_bf16x2(uint16_t(w.x >> 16)),
+                    e4m3x2_to_bf16x2(uint16_t(w.y & 0xffffu)), e4m3x2_to_bf16x2(uint16_t(w.y >> 16)));
+}
+
+// Rows 0..R-1 of an FP8 K tile and V tile (E4M3, D bytes per row, unpadded) → the same rows
+// of two padded bf16 tiles (row stride D + 8 elements), by NT threads of which this is thread t.
+// A thread takes 8-byte pieces of one column (the pieces of 16 (8) consecutive threads cover
+// 128 contiguous bytes of source (destination): conflict-free), and loads all of its pieces
+// before the first store.
+template <int D, int R, int NT>
+__device__ __forceinline__ void widen_e4m3_kv(__nv_bfloat16* Kd, __nv_bfloat16* Vd, const uint8_t* K8,
+                                              const uint8_t* V8, int t) {
+  constexpr int PPR = D / 8;  // 8-byte pieces per row
+  constexpr int kPer = R * PPR / NT;
+  constexpr int RS = NT / PPR;  // rows between a thread's pieces
+  static_assert(R * PPR % NT == 0 && NT % PPR == 0, "widen_e4m3_kv: every thread keeps one piece column");
+  const int c = t % PPR, r0 = t / PPR;
+  uint2 wk[kPer], wv[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    wk[i] = *reinterpret_cast<const uint2*>(K8 + (r0 + i * RS) * D + c * 8);
+    wv[i] = *reinterpret_cast<const uint2*>(V8 + (r0 + i * RS) * D + c * 8);
+  }
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    *reinterpret_cast<uint4*>(Kd + (r0 + i * RS) * (D + 8) + c * 8) = e4m3x8_to_bf16x8(wk[i]);
+    *reinterpret_cast<uint4*>(Vd + (r0 + i * RS) * (D + 8) + c * 8) = e4m3x8_to_bf16x8(wv[i]);
+  }
 }
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {

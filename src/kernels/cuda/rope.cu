@@ -19,7 +19,14 @@
 // Products are rounded separately (__fmul_rn) so that f32 results match the CPU
 // reference, which does not contract a·c − b·s into an FMA. Each element's result depends
 // only on its own inputs, so E and the grid do not change any value.
+// FP8 caches (kv_cache_dtype = fp8; cache element type CT = e4m3_t, q/k/v bf16 or f32): the
+// fused writes compute every k/v element exactly as for a cache of the model dtype, round it
+// to that dtype, then store it as E4M3 (RN, satfinite): byte for byte the unfused ops'
+// cache row converted by kv_cache_write.
+#include <type_traits>
+
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/fp8.cuh"
 #include "kernels/elementwise.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
@@ -106,6 +113,34 @@ void rope_launch(Context& ctx, Tensor& x, const Tensor& positions, const Tensor&
   CUDA_CHECK_LAUNCH();
 }
 
+// E consecutive cache elements (E = 2, 4 or 8; p E-byte aligned) of an FP8 cache from f32
+// results of T's arithmetic: each rounded to T (as a cache of T would store it), then to
+// E4M3 (RN, satfinite); one E-byte store.
+template <class T, int E>
+__device__ __forceinline__ void store_e4m3(e4m3_t* p, const float* f) {
+  static_assert(E == 2 || E == 4 || E == 8, "2, 4 or 8 elements");
+  float r[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) r[e] = to_f32(from_f32<T>(f[e]));
+  if constexpr (E == 2) {
+    *reinterpret_cast<uint16_t*>(p) = f32x2_to_e4m3x2(r[0], r[1]);
+  } else {
+    uint32_t w[E / 4];
+#pragma unroll
+    for (int j = 0; j < E / 4; ++j)
+      w[j] = uint32_t(f32x2_to_e4m3x2(r[4 * j], r[4 * j + 1])) | (uint32_t(f32x2_to_e4m3x2(r[4 * j + 2], r[4 * j + 3])) << 16);
+    if constexpr (E == 4) *reinterpret_cast<uint32_t*>(p) = w[0];
+    else *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
+  }
+}
+
+// E cache elements at p from f32 results: store_elems for a cache of T, store_e4m3 for FP8.
+template <class T, class CT, int E>
+__device__ __forceinline__ void store_cache(CT* p, const float* f) {
+  if constexpr (std::is_same_v<CT, T>) store_elems<T, E>(p, f);
+  else store_e4m3<T, E>(p, f);
+}
+
 template <class T, int E>
 __device__ __forceinline__ void rotate_chunk(float* a, float* b, const float* c, const float* s) {
 #pragma unroll
@@ -128,7 +163,8 @@ struct RopeCacheArgs {
   const float *cos_t, *sin_t;
 };
 
-template <class T, int E>
+// CT: the cache element type (T, or e4m3_t for an FP8 cache).
+template <class T, class CT, int E>
 __global__ void __launch_bounds__(kThreads)
 rope_qk_cache_kernel(RopeCacheArgs a, uint32_t total, uint32_t Hq, uint32_t Hkv, uint32_t nchunk, int64_t half) {
   pdl_trigger();  // launched with launch_pdl (cuda_check.cuh)
@@ -138,8 +174,8 @@ rope_qk_cache_kernel(RopeCacheArgs a, uint32_t total, uint32_t Hq, uint32_t Hkv,
   const T* qs = static_cast<const T*>(a.q_src);
   const T* ks = static_cast<const T*>(a.k_src);
   const T* vs = static_cast<const T*>(a.v_src);
-  T* kc = static_cast<T*>(a.kc);
-  T* vc = static_cast<T*>(a.vc);
+  CT* kc = static_cast<CT*>(a.kc);
+  CT* vc = static_cast<CT*>(a.vc);
   for (uint32_t idx = blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += gridDim.x * blockDim.x) {
     const uint32_t th = idx / nchunk;
     const int64_t i0 = int64_t(idx - th * nchunk) * E;
@@ -150,11 +186,11 @@ rope_qk_cache_kernel(RopeCacheArgs a, uint32_t total, uint32_t Hq, uint32_t Hkv,
       if (slot < 0) continue;
       const uint32_t j = h - Hq - Hkv;
       const T* src = vs + int64_t(t) * a.sv + int64_t(j) * D;
-      T* dst = vc + (slot * Hkv + j) * D;
+      CT* dst = vc + (slot * Hkv + j) * D;
       load_elems<T, E>(src + i0, x0);
       load_elems<T, E>(src + half + i0, x1);
-      store_elems<T, E>(dst + i0, x0);
-      store_elems<T, E>(dst + half + i0, x1);
+      store_cache<T, CT, E>(dst + i0, x0);
+      store_cache<T, CT, E>(dst + half + i0, x1);
       continue;
     }
     const int64_t p = __ldg(a.pos + t);
@@ -174,29 +210,41 @@ rope_qk_cache_kernel(RopeCacheArgs a, uint32_t total, uint32_t Hq, uint32_t Hkv,
       store_elems<T, E>(dst + half + i0, x1);
     }
     if (!is_q && slot >= 0) {
-      T* cd = kc + (slot * Hkv + j) * D;
-      store_elems<T, E>(cd + i0, x0);
-      store_elems<T, E>(cd + half + i0, x1);
+      CT* cd = kc + (slot * Hkv + j) * D;
+      store_cache<T, CT, E>(cd + i0, x0);
+      store_cache<T, CT, E>(cd + half + i0, x1);
     }
   }
 }
 
-// Launches the fused kernel when the vector path applies; false otherwise.
-bool rope_cache_fused(Context& ctx, const RopeCacheArgs& a, DType dt, int64_t T_, int64_t Hq, int64_t Hkv,
-                      int64_t D, bool aligned) {
+// Launches the fused kernel when the vector path applies; false otherwise. dt: q/k/v;
+// cache_dt: the caches (dt or f8e4m3).
+bool rope_cache_fused(Context& ctx, const RopeCacheArgs& a, DType dt, DType cache_dt, int64_t T_, int64_t Hq,
+                      int64_t Hkv, int64_t D, bool aligned) {
   const int64_t half = D / 2;
   bool done = false;
   GRPO_DISPATCH_FLOAT(dt, T, {
     constexpr int V = Vec16<T>::n;
     const int64_t nchunk = half / V, total = T_ * (Hq + 2 * Hkv) * nchunk;
     if (aligned && half % V == 0 && total < int64_t(1) << 30) {
-      launch_pdl(ctx, rope_qk_cache_kernel<T, V>, dim3(flat_grid(total, kThreads)), dim3(kThreads), 0, a,
-                 uint32_t(total), uint32_t(Hq), uint32_t(Hkv), uint32_t(nchunk), half);
+      const dim3 grid(flat_grid(total, kThreads));
+      if (cache_dt == DType::f8e4m3)
+        launch_pdl(ctx, rope_qk_cache_kernel<T, e4m3_t, V>, grid, dim3(kThreads), 0, a, uint32_t(total),
+                   uint32_t(Hq), uint32_t(Hkv), uint32_t(nchunk), half);
+      else
+        launch_pdl(ctx, rope_qk_cache_kernel<T, T, V>, grid, dim3(kThreads), 0, a, uint32_t(total), uint32_t(Hq),
+                   uint32_t(Hkv), uint32_t(nchunk), half);
       CUDA_CHECK_LAUNCH();
       done = true;
     }
   });
   return done;
+}
+
+// The caches of a fused write: one dtype, q's or f8e4m3 (msg: the failure message).
+void check_cache_dtype(const char* msg, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache) {
+  GRPO_CHECK_MSG(k_cache.dtype == v_cache.dtype && (k_cache.dtype == q.dtype || k_cache.dtype == DType::f8e4m3),
+                 msg);
 }
 
 template <class T, int EPL>
@@ -205,7 +253,8 @@ __device__ __forceinline__ void load_lane(const T* p, float* f) {
   for (int e = 0; e < EPL; ++e) f[e] = to_f32(p[e]);
 }
 
-template <class T, int EPL>
+// CT: the cache element type (T, or e4m3_t for an FP8 cache).
+template <class T, class CT, int EPL>
 __global__ void __launch_bounds__(256)
 qk_norm_rope_cache_kernel(RopeCacheArgs a, const T* __restrict__ wq, const T* __restrict__ wk, float eps,
                           int64_t n_warps, int Hq, int Hkv) {
@@ -225,9 +274,14 @@ qk_norm_rope_cache_kernel(RopeCacheArgs a, const T* __restrict__ wq, const T* __
     if (slot < 0) return;
     const int j = h - Hq - Hkv;
     const T* src = row + int64_t(Hq + Hkv + j) * D + lane * EPL;
-    T* dst = static_cast<T*>(a.vc) + (slot * Hkv + j) * D + lane * EPL;
+    CT* dst = static_cast<CT*>(a.vc) + (slot * Hkv + j) * D + lane * EPL;
+    if constexpr (std::is_same_v<CT, T>) {
 #pragma unroll
-    for (int e = 0; e < EPL; ++e) dst[e] = src[e];
+      for (int e = 0; e < EPL; ++e) dst[e] = src[e];
+    } else {
+      load_lane<T, EPL>(src, x);
+      store_e4m3<T, EPL>(dst, x);
+    }
     return;
   }
   const bool is_q = h < Hq;
@@ -255,9 +309,13 @@ qk_norm_rope_cache_kernel(RopeCacheArgs a, const T* __restrict__ wq, const T* __
 #pragma unroll
     for (int e = 0; e < EPL; ++e) dst[e] = from_f32<T>(y[e]);
   } else if (slot >= 0) {
-    T* dst = static_cast<T*>(a.kc) + (slot * Hkv + (h - Hq)) * D + lane * EPL;
+    CT* dst = static_cast<CT*>(a.kc) + (slot * Hkv + (h - Hq)) * D + lane * EPL;
+    if constexpr (std::is_same_v<CT, T>) {
 #pragma unroll
-    for (int e = 0; e < EPL; ++e) dst[e] = from_f32<T>(y[e]);
+      for (int e = 0; e < EPL; ++e) dst[e] = from_f32<T>(y[e]);
+    } else {
+      store_e4m3<T, EPL>(dst, y);
+    }
   }
 }
 
@@ -267,18 +325,27 @@ void qk_norm_rope_cache_write(Context& ctx, Tensor& q, const Tensor& qkv, const 
                               float eps, const Tensor& positions, const Tensor& cos, const Tensor& sin,
                               Tensor& k_cache, Tensor& v_cache, const PagedAttnMeta& meta) {
   const int64_t T_ = q.shape[0], Hq = q.shape[1], D = q.shape[2], Hkv = k_cache.shape[2];
+  check_cache_dtype("qk_norm_rope_cache_write (cuda): the caches must share q's dtype or be f8e4m3", q, k_cache,
+                    v_cache);
   if (T_ == 0) return;
   if (D == 64 || D == 128) {
     RopeCacheArgs a{qkv.data, nullptr, nullptr, qkv.shape[1], 0, 0, q.data, nullptr, k_cache.data, v_cache.data,
                     positions.ptr<int32_t>(), meta.slot_mapping.ptr<int32_t>(), cos.ptr<float>(), sin.ptr<float>()};
     const int64_t n_warps = T_ * (Hq + 2 * Hkv);
     const unsigned grid = unsigned(ceil_div(n_warps * 32, 256));
+    const bool fp8 = k_cache.dtype == DType::f8e4m3;
     GRPO_DISPATCH_FLOAT(q.dtype, T, {
-      if (D == 64)
-        launch_pdl(ctx, qk_norm_rope_cache_kernel<T, 2>, dim3(grid), dim3(256), 0, a, q_norm.ptr<T>(),
+      if (D == 64 && fp8)
+        launch_pdl(ctx, qk_norm_rope_cache_kernel<T, e4m3_t, 2>, dim3(grid), dim3(256), 0, a, q_norm.ptr<T>(),
+                   k_norm.ptr<T>(), eps, n_warps, int(Hq), int(Hkv));
+      else if (D == 64)
+        launch_pdl(ctx, qk_norm_rope_cache_kernel<T, T, 2>, dim3(grid), dim3(256), 0, a, q_norm.ptr<T>(),
+                   k_norm.ptr<T>(), eps, n_warps, int(Hq), int(Hkv));
+      else if (fp8)
+        launch_pdl(ctx, qk_norm_rope_cache_kernel<T, e4m3_t, 4>, dim3(grid), dim3(256), 0, a, q_norm.ptr<T>(),
                    k_norm.ptr<T>(), eps, n_warps, int(Hq), int(Hkv));
       else
-        launch_pdl(ctx, qk_norm_rope_cache_kernel<T, 4>, dim3(grid), dim3(256), 0, a, q_norm.ptr<T>(),
+        launch_pdl(ctx, qk_norm_rope_cache_kernel<T, T, 4>, dim3(grid), dim3(256), 0, a, q_norm.ptr<T>(),
                    k_norm.ptr<T>(), eps, n_warps, int(Hq), int(Hkv));
     });
     CUDA_CHECK_LAUNCH();
@@ -302,12 +369,13 @@ void rope_qk_cache_write(Context& ctx, Tensor& q, Tensor& k, const Tensor& v, co
                          const Tensor& cos, const Tensor& sin, Tensor& k_cache, Tensor& v_cache,
                          const PagedAttnMeta& meta) {
   const int64_t T_ = q.shape[0], Hq = q.shape[1], Hkv = k.shape[1], D = q.shape[2];
+  check_cache_dtype("rope_qk_cache_write (cuda): the caches must share q's dtype or be f8e4m3", q, k_cache, v_cache);
   if (T_ == 0) return;
   RopeCacheArgs a{q.data, k.data, v.data, Hq * D, Hkv * D, Hkv * D, q.data, k.data, k_cache.data, v_cache.data,
                   positions.ptr<int32_t>(), meta.slot_mapping.ptr<int32_t>(), cos.ptr<float>(), sin.ptr<float>()};
   const bool aligned = aligned16(q.data) && aligned16(k.data) && aligned16(v.data) && aligned16(cos.data) &&
                        aligned16(sin.data) && aligned16(k_cache.data) && aligned16(v_cache.data);
-  if (rope_cache_fused(ctx, a, q.dtype, T_, Hq, Hkv, D, aligned)) return;
+  if (rope_cache_fused(ctx, a, q.dtype, k_cache.dtype, T_, Hq, Hkv, D, aligned)) return;
   cuda::rope_forward(ctx, q, positions, cos, sin);
   cuda::rope_forward(ctx, k, positions, cos, sin);
   cuda::kv_cache_write(ctx, k_cache, v_cache, k, v, meta);
@@ -316,6 +384,7 @@ void rope_qk_cache_write(Context& ctx, Tensor& q, Tensor& k, const Tensor& v, co
 void rope_qkv_cache_write(Context& ctx, Tensor& q, const Tensor& qkv, const Tensor& positions, const Tensor& cos,
                           const Tensor& sin, Tensor& k_cache, Tensor& v_cache, const PagedAttnMeta& meta) {
   const int64_t T_ = q.shape[0], Hq = q.shape[1], D = q.shape[2], Hkv = k_cache.shape[2];
+  check_cache_dtype("rope_qkv_cache_write (cuda): the caches must share q's dtype or be f8e4m3", q, k_cache, v_cache);
   if (T_ == 0) return;
   const int64_t es = int64_t(dtype_size(q.dtype)), row = qkv.shape[1];
   const char* base = static_cast<const char*>(qkv.data);
@@ -325,7 +394,7 @@ void rope_qkv_cache_write(Context& ctx, Tensor& q, const Tensor& qkv, const Tens
   const bool aligned = aligned16(qkv.data) && (row * es) % 16 == 0 && (Hq * D * es) % 16 == 0 &&
                        (Hkv * D * es) % 16 == 0 && aligned16(q.data) && aligned16(cos.data) && aligned16(sin.data) &&
                        aligned16(k_cache.data) && aligned16(v_cache.data);
-  if (rope_cache_fused(ctx, a, q.dtype, T_, Hq, Hkv, D, aligned)) return;
+  if (rope_cache_fused(ctx, a, q.dtype, k_cache.dtype, T_, Hq, Hkv, D, aligned)) return;
   // Fallback: split into scratch k/v, then the three ops.
   ScratchAlloc sa(ctx);
   Tensor k = tensor_borrow(sa.alloc<unsigned char>(T_ * Hkv * D * es, "rope_qkv_cache_write k"), q.dtype,
