@@ -330,41 +330,50 @@ TEST(EngineCuda, Fp8KvCacheMatchesTheCpuFp8Engine) {
         EXPECT_EQ(a.value()[i].completion_ids, b.value()[i].completion_ids) << nm << " " << i;
         EXPECT_EQ(a.value()[i].logprobs_raw, b.value()[i].logprobs_raw) << nm << " " << i;
       }
-      // Against the CPU fp8 engine over each pair's shared prefix (tokens before the first
-      // difference): an element whose value sits at an E4M3 rounding edge can round one E4M3
-      // step apart on the two backends (f32: last-bit differences of the projections; bf16:
-      // its own rounding), and on this deliberately sensitive model that can tip a sample.
-      double mean = 0, mx = 0;
-      size_t shared = 0, total = 0;
-      for (size_t i = 0; i < a.value().size(); ++i) {
-        const auto& ca = a.value()[i].completion_ids;
-        const auto& cr = ref.value()[i].completion_ids;
-        const auto& la = a.value()[i].logprobs_raw;
-        const auto& lr = ref.value()[i].logprobs_raw;
-        ASSERT_EQ(ca.size(), cr.size());
-        total += ca.size();
-        for (size_t j = 0; j < ca.size() && ca[j] == cr[j]; ++j, ++shared) {
-          const double d = std::fabs(double(la[j]) - double(lr[j]));
-          mean += d;
-          mx = std::max(mx, d);
+      if (dt == DType::f32) {
+        // Against the CPU fp8 engine over each pair's shared prefix (tokens before the first
+        // difference): an element whose f32 value sits at an E4M3 rounding edge can round one
+        // E4M3 step apart on the two backends (last-bit differences of the projections), and on
+        // this deliberately sensitive model that moves logprobs by ~1e-3..1e-1 and can tip a
+        // sample (H200: 87% / 91% of tokens before the first difference, mean |Δ| 1.1e-4 /
+        // 3.7e-3, max 0.008 / 0.083 for Qwen2.5 / Qwen3 shapes). A broken kernel differs from
+        // the first token on, by the order of the logprob spread (~6).
+        double mean = 0, mx = 0;
+        size_t shared = 0, total = 0;
+        for (size_t i = 0; i < a.value().size(); ++i) {
+          const auto& ca = a.value()[i].completion_ids;
+          const auto& cr = ref.value()[i].completion_ids;
+          const auto& la = a.value()[i].logprobs_raw;
+          const auto& lr = ref.value()[i].logprobs_raw;
+          ASSERT_EQ(ca.size(), cr.size());
+          total += ca.size();
+          for (size_t j = 0; j < ca.size() && ca[j] == cr[j]; ++j, ++shared) {
+            const double d = std::fabs(double(la[j]) - double(lr[j]));
+            mean += d;
+            mx = std::max(mx, d);
+          }
         }
-      }
-      mean /= double(std::max<size_t>(shared, 1));
-      const double rate = double(shared) / double(total);
-      std::printf("[%s fp8 KV] CUDA vs CPU fp8 engine: %zu/%zu tokens before the first difference (%.1f%%), "
-                  "|Δ logprob| there: mean %.3g max %.3g\n",
-                  nm.c_str(), shared, total, 100.0 * rate, mean, mx);
-      // A broken kernel differs from the first token on (logprob errors of the order of the
-      // spread, ~6 here); f32 agrees to f32 rounding but for those rare edge elements
-      // (each moves logprobs by ~1e-3); bf16 as QwenShapeMatchesCpuTrainerLogprobs' bf16
-      // tolerances (mean 0.25, max 2.5 against f32).
-      EXPECT_GT(rate, dt == DType::f32 ? 0.6 : 0.2) << nm;
-      EXPECT_LT(mean, dt == DType::f32 ? 2e-3 : 0.25) << nm;
-      EXPECT_LT(mx, dt == DType::f32 ? 0.05 : 2.5) << nm;
-      if (dt == DType::bf16) {  // for the record: the quantisation's cost against unquantised K/V
+        mean /= double(std::max<size_t>(shared, 1));
+        const double rate = double(shared) / double(total);
+        std::printf("[%s fp8 KV] CUDA vs CPU fp8 engine: %zu/%zu tokens before the first difference (%.1f%%), "
+                    "|Δ logprob| there: mean %.3g max %.3g\n",
+                    nm.c_str(), shared, total, 100.0 * rate, mean, mx);
+        EXPECT_GT(rate, 0.6) << nm;
+        EXPECT_LT(mean, 1e-2) << nm;
+        EXPECT_LT(mx, 0.25) << nm;
+      } else {
+        // bf16 sequences part from the f32 ones within a few tokens on this model, so both are
+        // scored teacher-forced by the CPU trainer (f32, unquantised K/V): the CPU fp8 engine's
+        // gap measures what the quantisation costs here, and the bf16 CUDA engine may add what
+        // bf16 costs (QwenShapeMatchesCpuTrainerLogprobs: mean 0.25, max 2.5).
         const LogprobGap g = gap_to_cpu_trainer(hw, ps, p.n, a.value());
-        std::printf("[%s fp8 KV] vs CPU trainer (unquantised K/V): mean |Δ| %.3g max %.3g spread %.3g\n",
-                    nm.c_str(), g.mean, g.max, g.spread);
+        const LogprobGap g_ref = gap_to_cpu_trainer(hw, ps, p.n, ref.value());
+        std::printf("[%s fp8 KV] vs CPU trainer (unquantised K/V): mean |Δ| %.3g max %.3g (CPU fp8 engine: "
+                    "mean %.3g max %.3g) spread %.3g\n",
+                    nm.c_str(), g.mean, g.max, g_ref.mean, g_ref.max, g.spread);
+        EXPECT_GT(g.spread, 0.3) << nm << ": the test model's logprobs are too flat";
+        EXPECT_LT(g.mean, g_ref.mean + 0.25) << nm << "\n" << g.detail;
+        EXPECT_LT(g.max, g_ref.max + 2.5) << nm << "\n" << g.detail;
       }
     }
   }
