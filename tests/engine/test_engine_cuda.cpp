@@ -124,19 +124,21 @@ TEST(EngineCuda, OutputsDoNotDependOnBatchComposition) {
 
 namespace {
 
-// Qwen2.5-0.5B's shape with 2 layers and a 2048-token vocabulary, weights N(0, 0.02)·3 rounded
-// to bf16 values (so a bf16 copy holds them exactly), as a host f32 model.
-ModelWeights qwen_shape_host() {
+// A real preset's shape (Qwen2.5-0.5B: head dim 64, 14 query heads per 2 kv heads; Qwen3-0.6B:
+// head dim 128, 16 per 8, q/k RMSNorm) with 2 layers and a 2048-token vocabulary, weights
+// N(0, 0.02)·3 rounded to bf16 values (so a bf16 copy holds them exactly), as a host f32 model.
+ModelWeights preset_shape_host(const char* preset, uint64_t seed) {
   PresetOverrides ov;
   ov.vocab_size = 2048;
   ov.n_layers = 2;
-  auto cfg = preset_config("qwen2.5-0.5b", ov);
+  auto cfg = preset_config(preset, ov);
   GRPO_CHECK_MSG(cfg.ok(), cfg.status().message().c_str());
-  ModelWeights hw = weights_random(cfg.value(), Device::cpu, DType::f32, 77);
+  ModelWeights hw = weights_random(cfg.value(), Device::cpu, DType::f32, seed);
   float* a = hw.arena.ptr<float>();
   for (int64_t i = 0; i < hw.arena.numel(); ++i) a[i] = bf16_to_f32(f32_to_bf16(a[i] * 3.f));  // scale, to bf16
   return hw;
 }
+ModelWeights qwen_shape_host() { return preset_shape_host("qwen2.5-0.5b", 77); }
 
 struct LogprobGap {
   double mean = 0, max = 0, spread = 0;
@@ -252,23 +254,6 @@ TEST(EngineCuda, QwenShapeMatchesCpuTrainerLogprobs) {
   }
 }
 
-namespace {
-
-// Qwen3-0.6B's shape (head dim 128, 16 query heads per 8 kv heads, q/k RMSNorm) with 2 layers
-// and a 2048-token vocabulary, weights as in qwen_shape_host.
-ModelWeights qwen3_shape_host() {
-  PresetOverrides ov;
-  ov.vocab_size = 2048;
-  ov.n_layers = 2;
-  auto cfg = preset_config("qwen3-0.6b", ov);
-  GRPO_CHECK_MSG(cfg.ok(), cfg.status().message().c_str());
-  ModelWeights hw = weights_random(cfg.value(), Device::cpu, DType::f32, 78);
-  float* a = hw.arena.ptr<float>();
-  for (int64_t i = 0; i < hw.arena.numel(); ++i) a[i] = bf16_to_f32(f32_to_bf16(a[i] * 3.f));
-  return hw;
-}
-
-}  // namespace
 
 // The FP8 E4M3 KV cache (kv_cache_dtype = fp8) on CUDA against the CPU engine over an FP8
 // cache (whose kernels tests/kernels checks against PyTorch), same seeds: sampled tokens and
@@ -279,7 +264,7 @@ ModelWeights qwen3_shape_host() {
 TEST(EngineCuda, Fp8KvCacheMatchesTheCpuFp8Engine) {
   REQUIRE_CUDA();
   for (int arch = 0; arch < 2; ++arch) {
-    const ModelWeights hw = arch == 0 ? qwen_shape_host() : qwen3_shape_host();
+    const ModelWeights hw = arch == 0 ? qwen_shape_host() : preset_shape_host("qwen3-0.6b", 78);
     const ModelConfig& cfg = hw.config;
     const std::string an = arch == 0 ? "qwen2.5-shape" : "qwen3-shape";
     std::mt19937 rng(11 + arch);

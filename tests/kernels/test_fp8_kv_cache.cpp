@@ -73,6 +73,21 @@ Pool make_pool(const std::vector<int>& lens, int bs, uint32_t seed) {
   return p;
 }
 
+// Host metadata of T query tokens over the pool's block table (max_context from the positions);
+// the tensors borrow the vectors, which must outlive it.
+PagedAttnMeta pool_meta(Pool& pool, size_t S, std::vector<int32_t>& seq, std::vector<int32_t>& pos,
+                        std::vector<int32_t>& slot) {
+  const int64_t T = int64_t(seq.size());
+  PagedAttnMeta m;
+  m.token_seq = host(seq, {T});
+  m.token_pos = host(pos, {T});
+  m.slot_mapping = host(slot, {T});
+  m.block_table = host(pool.table, {int64_t(S), pool.max_blocks});
+  m.block_size = pool.bs;
+  for (int32_t p : pos) m.max_context = std::max(m.max_context, p + 1);
+  return m;
+}
+
 std::vector<uint8_t> bytes_of(const Tensor& t) {
   const uint8_t* b = t.ptr<uint8_t>();
   return std::vector<uint8_t>(b, b + t.nbytes());
@@ -129,12 +144,7 @@ TEST(Fp8KvCache, PagedAttentionMatchesPyTorchFixture) {
       const int64_t T = int64_t(slot.size());
       for (float x : k) kq.push_back(f8e4m3_to_f32(f32_to_f8e4m3(x)));
       for (float x : v) vq.push_back(f8e4m3_to_f32(f32_to_f8e4m3(x)));
-      PagedAttnMeta m;
-      m.token_seq = host(seq, {T});
-      m.token_pos = host(pos, {T});
-      m.slot_mapping = host(slot, {T});
-      m.block_table = host(pool.table, {int64_t(S), pool.max_blocks});
-      m.block_size = pool.bs;
+      const PagedAttnMeta m = pool_meta(pool, S, seq, pos, slot);
       kv_cache_write(ctx, kc, vc, host(k, {T, Hkv, D}), host(v, {T, Hkv, D}), m);
       kv_cache_write(ctx, kf, vf, host(kq, {T, Hkv, D}), host(vq, {T, Hkv, D}), m);
     }
@@ -168,13 +178,7 @@ TEST(Fp8KvCache, PagedAttentionMatchesPyTorchFixture) {
       ref.insert(ref.end(), out.begin(), out.end());
     }
     const int64_t T = int64_t(seq.size());
-    PagedAttnMeta m;
-    m.token_seq = host(seq, {T});
-    m.token_pos = host(pos, {T});
-    m.slot_mapping = host(slot, {T});
-    m.block_table = host(pool.table, {int64_t(S), pool.max_blocks});
-    m.block_size = pool.bs;
-    for (int32_t p : pos) m.max_context = std::max(m.max_context, p + 1);
+    const PagedAttnMeta m = pool_meta(pool, S, seq, pos, slot);
     std::vector<float> got(q.size()), got_f32(q.size());
     Tensor tg = host(got, {T, Hq, D}), tf = host(got_f32, {T, Hq, D});
     attention_paged(ctx, tg, host(q, {T, Hq, D}), kc, vc, m);

@@ -81,12 +81,14 @@ __device__ __forceinline__ void load_rows(__nv_bfloat16* const (&dst)[N], const 
 // load_rows with every row offset of this thread computed before the first copy: for offsets
 // that need a global read (the paged block-table lookup), which could not be moved above an
 // earlier cp.async (the copies are memory-ordering asm statements), so the lookups of one
-// thread's rows are in flight together instead of one per copy.
-template <int D, int N, class RowOff>
-__device__ __forceinline__ void load_rows_hoisted(__nv_bfloat16* const (&dst)[N], const __nv_bfloat16* const (&src)[N],
-                                                  RowOff off) {
-  constexpr int CPR = D / 8;
-  constexpr int LD = D + 8;
+// thread's rows are in flight together instead of one per copy. E: the element type (bf16
+// tiles with the padded row stride LD = D + 8; the FP8 (E4M3) KV cache's staging tiles as
+// bytes, unpadded, LD = D, which the widening step turns into the padded bf16 layout; the
+// row offsets are element offsets either way). 16-byte chunks: 8 bf16 or 16 FP8 elements.
+template <int D, int N, class E = __nv_bfloat16, int LD = D + 8, class RowOff>
+__device__ __forceinline__ void load_rows_hoisted(E* const (&dst)[N], const E* const (&src)[N], RowOff off) {
+  constexpr int EPC = 16 / int(sizeof(E));  // elements per 16-byte chunk
+  constexpr int CPR = D / EPC;              // chunks per row
   constexpr int kPer = kTile * CPR / kThreads;
   static_assert(kTile * CPR % kThreads == 0 && kThreads % CPR == 0, "load_rows_hoisted: fixed chunk column");
   const int c = threadIdx.x % CPR, r0 = threadIdx.x / CPR;
@@ -98,31 +100,7 @@ __device__ __forceinline__ void load_rows_hoisted(__nv_bfloat16* const (&dst)[N]
     const int r = r0 + j * (kThreads / CPR);
     const bool ok = o[j] >= 0;
 #pragma unroll
-    for (int i = 0; i < N; ++i) cp_async16(dst[i] + r * LD + c * 8, src[i] + (ok ? o[j] : 0) + c * 8, ok);
-  }
-}
-
-// load_rows_hoisted for the FP8 (E4M3) KV cache: the 64 rows of a K and a V staging tile
-// (unpadded, D bytes per row; the widening step turns them into the padded bf16 layout) from
-// caches that share one row layout (off as above: element offsets, which are byte offsets
-// here). 16-byte chunks of 16 elements, half as many copies as the bf16 tiles take.
-template <int D, class RowOff>
-__device__ __forceinline__ void load_rows_e4m3(uint8_t* Kd, uint8_t* Vd, const uint8_t* Ksrc, const uint8_t* Vsrc,
-                                               RowOff off) {
-  constexpr int CPR = D / 16;  // 16-byte chunks per row
-  constexpr int kPer = kTile * CPR / kThreads;
-  static_assert(kTile * CPR % kThreads == 0 && kThreads % CPR == 0, "load_rows_e4m3: fixed chunk column");
-  const int c = threadIdx.x % CPR, r0 = threadIdx.x / CPR;
-  int64_t o[kPer];
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) o[j] = off(r0 + j * (kThreads / CPR));
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    const int r = r0 + j * (kThreads / CPR);
-    const bool ok = o[j] >= 0;
-    const int64_t src = (ok ? o[j] : 0) + c * 16;
-    cp_async16(Kd + r * D + c * 16, Ksrc + src, ok);
-    cp_async16(Vd + r * D + c * 16, Vsrc + src, ok);
+    for (int i = 0; i < N; ++i) cp_async16(dst[i] + r * LD + c * EPC, src[i] + (ok ? o[j] : 0) + c * EPC, ok);
   }
 }
 
@@ -428,7 +406,7 @@ __global__ void __launch_bounds__(kThreads) attn_paged_prefill_tc_kernel(PagedTc
     const auto kv = [=](int j) {
       const int b = j & 1;
       const int k0 = j * kTile;
-      load_rows_e4m3<D>(K8 + b * TS8, V8 + b * TS8, kc, vc, [=](int r) {
+      load_rows_hoisted<D, 2, uint8_t, D>({K8 + b * TS8, V8 + b * TS8}, {kc, vc}, [=](int r) {
         const int p = k0 + r;
         if (p >= n_keys) return int64_t(-1);
         const int64_t slot = int64_t(bt[p / bs]) * bs + p % bs;
