@@ -8,6 +8,8 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -147,6 +149,30 @@ inline ::testing::AssertionResult close_max_rel(const std::string& name, const s
   const double r = den > 0 ? num / den : num;
   if (r <= max_rel) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << name << ": max|diff|/max|ref| = " << r << " > " << max_rel;
+}
+
+// Flattened prefill tile list (row0, n_rows, seq, pos0 per tile; PagedAttnMeta::prefill_tiles)
+// over S sequences whose query rows are consecutive runs: runs[s].n rows starting at position
+// runs[s].pos0, in sequence order. Each run is cut into pieces of cut(k) rows (k counts the
+// pieces of the whole batch) and the tiles are shuffled with rng.
+template <class Runs, class Cut>
+std::vector<int32_t> shuffled_prefill_tiles(const Runs& runs, int64_t S, Cut cut, std::mt19937& rng) {
+  std::vector<std::array<int32_t, 4>> tl;
+  int32_t row0 = 0;
+  int k = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    const auto& r = runs[static_cast<size_t>(s)];
+    for (int32_t i = 0; i < r.n;) {
+      const int32_t n = std::min(cut(k++), r.n - i);
+      tl.push_back({row0 + i, n, int32_t(s), r.pos0 + i});
+      i += n;
+    }
+    row0 += r.n;
+  }
+  std::shuffle(tl.begin(), tl.end(), rng);
+  std::vector<int32_t> flat;
+  for (const auto& t : tl) flat.insert(flat.end(), t.begin(), t.end());
+  return flat;
 }
 
 }  // namespace grpo::cudatest

@@ -129,26 +129,7 @@ TEST(CudaAttentionTc, PagedPrefillMatchesCpu) {
       tpos.push_back(r.pos0 + i);
     }
   }
-  // Tiles of the runs cut into pieces of cut(k) rows (k-th piece of the batch), in
-  // shuffled order.
-  auto make_tiles = [&](auto cut) {
-    std::vector<std::array<int32_t, 4>> tl;
-    int32_t row0 = 0;
-    int k = 0;
-    for (int64_t s = 0; s < S; ++s) {
-      const Run& r = runs[static_cast<size_t>(s)];
-      for (int32_t i = 0; i < r.n;) {
-        const int32_t n = std::min(cut(k++), r.n - i);
-        tl.push_back({row0 + i, n, int32_t(s), r.pos0 + i});
-        i += n;
-      }
-      row0 += r.n;
-    }
-    std::shuffle(tl.begin(), tl.end(), rng);
-    std::vector<int32_t> flat;
-    for (const auto& t : tl) flat.insert(flat.end(), t.begin(), t.end());
-    return flat;
-  };
+  auto make_tiles = [&](auto cut) { return shuffled_prefill_tiles(runs, S, cut, rng); };
   const std::vector<int32_t> tiles = make_tiles([](int) { return 64; });  // the runner's tiling
   const int32_t alt_cuts[] = {17, 64, 1, 40, 33, 64};
   const std::vector<int32_t> alt_tiles = make_tiles([&](int k) { return alt_cuts[k % 6]; });

@@ -128,25 +128,7 @@ Batch make_batch(const std::vector<SeqRun>& runs, int32_t bs, uint32_t seed) {
       b.tpos.push_back(r.pos0 + i);
     }
   }
-  // Tiles of the runs cut into pieces of cut(k) rows (k-th piece of the batch), shuffled.
-  auto make_tiles = [&](auto cut) {
-    std::vector<std::array<int32_t, 4>> tl;
-    int32_t row0 = 0;
-    int k = 0;
-    for (int64_t s = 0; s < b.S; ++s) {
-      const SeqRun& r = runs[static_cast<size_t>(s)];
-      for (int32_t i = 0; i < r.n;) {
-        const int32_t n = std::min(cut(k++), r.n - i);
-        tl.push_back({row0 + i, n, int32_t(s), r.pos0 + i});
-        i += n;
-      }
-      row0 += r.n;
-    }
-    std::shuffle(tl.begin(), tl.end(), rng);
-    std::vector<int32_t> flat;
-    for (const auto& t : tl) flat.insert(flat.end(), t.begin(), t.end());
-    return flat;
-  };
+  auto make_tiles = [&](auto cut) { return shuffled_prefill_tiles(runs, b.S, cut, rng); };
   b.tiles = make_tiles([](int) { return 64; });  // the model runner's tiling
   const int32_t alt_cuts[] = {17, 64, 1, 40, 33, 64};
   b.alt_tiles = make_tiles([&](int k) { return alt_cuts[k % 6]; });
