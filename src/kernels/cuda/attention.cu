@@ -340,48 +340,16 @@ __device__ __forceinline__ void load_piece(const __nv_bfloat16* p, float* f) {
   }
 }
 
-// Four E4M3 bytes of w (byte i = element i) → four floats, exactly (as e4m3x4_to_f32). The
-// halves of w are split in PTX (mov.b32 {lo, hi}), so ptxas hands the high half to the
-// conversion as an operand half (F2FP.F16.E4M3.UNPACK_B R, R.H1) instead of shifting it down
-// first: 2 F2FP + 4 HADD2.F32 per four elements, one instruction fewer (checked in the SASS;
-// the FP8 paged kernel is issue-bound, ncu: ~80% of issue slots).
-__device__ __forceinline__ void e4m3x4_to_f32_split(uint32_t w, float* f) {
-  uint32_t lo, hi;
-  asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.rn.f16x2.e4m3x2 %0, l;\n\tcvt.rn.f16x2.e4m3x2 %1, h;\n\t}"
-      : "=r"(lo), "=r"(hi)
-      : "r"(w));
-  const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&lo));
-  const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&hi));
-  f[0] = a.x;
-  f[1] = a.y;
-  f[2] = b.x;
-  f[3] = b.y;
-}
-
 // FP8 E4M3 cache elements (kv_cache_dtype = fp8) as f32, exact: 8 or 4 bytes (aligned).
 template <int N>
 __device__ __forceinline__ void load_piece(const e4m3_t* p, float* f) {
   if constexpr (N == 8) {
     const uint2 v = *reinterpret_cast<const uint2*>(p);
-    e4m3x4_to_f32_split(v.x, f);
-    e4m3x4_to_f32_split(v.y, f + 4);
+    e4m3x4_to_f32(v.x, f);
+    e4m3x4_to_f32(v.y, f + 4);
   } else {
     static_assert(N == 4, "piece of 8 or 4 bytes");
-    e4m3x4_to_f32_split(*reinterpret_cast<const uint32_t*>(p), f);
-  }
-}
-
-// One 16-byte chunk of a cache row (16 / sizeof(CT) elements, aligned) as f32.
-template <class CT>
-__device__ __forceinline__ void load_chunk(const CT* p, float* f) {
-  if constexpr (sizeof(CT) == 1) {
-    const uint4 v = *reinterpret_cast<const uint4*>(p);
-    e4m3x4_to_f32_split(v.x, f);
-    e4m3x4_to_f32_split(v.y, f + 4);
-    e4m3x4_to_f32_split(v.z, f + 8);
-    e4m3x4_to_f32_split(v.w, f + 12);
-  } else {
-    load_vec(p, f);
+    e4m3x4_to_f32(*reinterpret_cast<const uint32_t*>(p), f);
   }
 }
 
@@ -558,7 +526,7 @@ __global__ void __launch_bounds__(kThreads, MG == 2 ? 6 : 4) attn_paged_kernel(A
           for (int cc = 0; cc < NV / TK; ++cc) {
             const int c = cc * TK + part;
             float kf[VEC];
-            load_chunk(krow + C::swz(c, key) * VEC, kf);
+            load_vec(krow + C::swz(c, key) * VEC, kf);
 #pragma unroll
             for (int g = 0; g < MG; ++g) {
               if (g >= ng) break;

@@ -20,10 +20,15 @@ __device__ __forceinline__ uint8_t f32_to_e4m3(float x) {
 __device__ __forceinline__ uint16_t f32x2_to_e4m3x2(float lo, float hi) {
   return uint16_t(__nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3));
 }
-// Four E4M3 bytes of w (byte i = element i) → four floats.
+// Four E4M3 bytes of w (byte i = element i) → four floats. The halves of w are split in PTX
+// (mov.b32 {lo, hi}), so ptxas hands the high half to the conversion as an operand half
+// (F2FP.F16.E4M3.UNPACK_B R, R.H1) instead of shifting it down first: 2 F2FP + 4 HADD2.F32
+// per four elements (the FP8 paged attention kernel is issue-bound).
 __device__ __forceinline__ void e4m3x4_to_f32(uint32_t w, float* f) {
-  const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w & 0xffffu), __NV_E4M3);
-  const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w >> 16), __NV_E4M3);
+  uint32_t lo, hi;
+  asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.rn.f16x2.e4m3x2 %0, l;\n\tcvt.rn.f16x2.e4m3x2 %1, h;\n\t}"
+      : "=r"(lo), "=r"(hi)
+      : "r"(w));
   const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&lo));
   const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&hi));
   f[0] = a.x; f[1] = a.y; f[2] = b.x; f[3] = b.y;
