@@ -62,6 +62,7 @@
 #include "kernels/cuda/attention_tc.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/fp8.cuh"
+#include "kernels/validate.h"
 
 #include <algorithm>
 #include <atomic>
@@ -947,8 +948,7 @@ void kv_cache_write(Context& ctx, Tensor& k_cache, Tensor& v_cache, const Tensor
                     const PagedAttnMeta& meta) {
   const int64_t T_ = k.shape[0], row = k.numel() / (T_ ? T_ : 1);
   const bool fp8 = k_cache.dtype == DType::f8e4m3;
-  GRPO_CHECK_MSG((k_cache.dtype == k.dtype || fp8) && v_cache.dtype == k_cache.dtype && v.dtype == k.dtype &&
-                     v.numel() == k.numel(),
+  GRPO_CHECK_MSG(detail::kv_cache_dtype_ok(k_cache, v_cache, k.dtype) && v.dtype == k.dtype && v.numel() == k.numel(),
                  "kv_cache_write: k and v must share a dtype and shape; the caches k's dtype or f8e4m3");
   GRPO_CHECK_MSG(k_cache.ndim == 4 && k_cache.shape[2] * k_cache.shape[3] == row, "kv_cache_write: cache row mismatch");
   GRPO_CHECK_MSG(meta.slot_mapping.dtype == DType::i32 && meta.slot_mapping.numel() == T_, "kv_cache_write: slot_mapping (T) i32");
@@ -994,7 +994,7 @@ void attention_paged(Context& ctx, Tensor& out, const Tensor& q, const Tensor& k
   GRPO_CHECK_MSG(q.ndim == 3 && k_cache.ndim == 4 && v_cache.ndim == 4, "attention_paged: q (T,Hq,D), caches 4-D");
   GRPO_CHECK_MSG(out.numel() == q.numel() && out.dtype == q.dtype, "attention_paged: out must match q");
   const bool fp8 = k_cache.dtype == DType::f8e4m3;
-  GRPO_CHECK_MSG((k_cache.dtype == q.dtype || fp8) && v_cache.dtype == k_cache.dtype && k_cache.shape[3] == q.shape[2],
+  GRPO_CHECK_MSG(detail::kv_cache_dtype_ok(k_cache, v_cache, q.dtype) && k_cache.shape[3] == q.shape[2],
                  "attention_paged: caches must be (n_blocks,bs,Hkv,D) with q's dtype or f8e4m3");
   GRPO_CHECK_MSG(!fp8 || q.shape[2] % 16 == 0,
                  "attention_paged (cuda): an f8e4m3 KV cache needs a head dim that is a multiple of 16");

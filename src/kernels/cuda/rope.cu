@@ -30,6 +30,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
+#include "kernels/validate.h"
 
 namespace grpo::cuda {
 
@@ -243,8 +244,7 @@ bool rope_cache_fused(Context& ctx, const RopeCacheArgs& a, DType dt, DType cach
 
 // The caches of a fused write: one dtype, q's or f8e4m3 (msg: the failure message).
 void check_cache_dtype(const char* msg, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache) {
-  GRPO_CHECK_MSG(k_cache.dtype == v_cache.dtype && (k_cache.dtype == q.dtype || k_cache.dtype == DType::f8e4m3),
-                 msg);
+  GRPO_CHECK_MSG(detail::kv_cache_dtype_ok(k_cache, v_cache, q.dtype), msg);
 }
 
 template <class T, int EPL>
