@@ -373,6 +373,7 @@ int main(int argc, char** argv) {
     const int64_t R = 64;
     Tensor z = randt(DType::f32, {R, V}, 15, 3.f);
     SamplingRows sr;
+    sr.filter_hint = filt ? kFilterTopK | kFilterTopP : 0;  // as the engine passes it
     sr.temperature = tensor_from_f32(Device::cuda, DType::f32, std::vector<float>(R, 1.f), {R});
     sr.top_p = tensor_from_f32(Device::cuda, DType::f32, std::vector<float>(R, filt ? 0.9f : 1.f), {R});
     sr.min_p = tensor_from_f32(Device::cuda, DType::f32, std::vector<float>(R, 0.f), {R});

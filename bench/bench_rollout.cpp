@@ -11,6 +11,8 @@
 // merged by bench/merge_peer.py. --kv-cache-dtype fp8 runs the engine with an FP8
 // E4M3 KV cache (EngineOptions::kv_cache_dtype); its results go to
 // rollout-<preset>-<workload>-kvfp8.json so the default run's file stays as it is.
+// --top-p P / --top-k K / --min-p M sample with those filters (the GRPO default is none);
+// such runs write rollout-<preset>-<workload>-filtered.json.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -66,7 +68,8 @@ int main(int argc, char** argv) {
   std::string kv_cache_dtype = "auto";
   double kv_gb = 24;
   bool graphs = true;
-  int max_seqs = 256, max_batched = 8192, graph_ctx = 0;
+  int max_seqs = 256, max_batched = 8192, graph_ctx = 0, top_k = 0;
+  float top_p = 1.f, min_p = 0.f;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -81,10 +84,13 @@ int main(int argc, char** argv) {
     else if (a == "--max-batched") max_batched = std::stoi(next());
     else if (a == "--graph-max-context") graph_ctx = std::stoi(next());
     else if (a == "--out-dir") out_dir = next();
+    else if (a == "--top-p") top_p = std::stof(next());
+    else if (a == "--top-k") top_k = std::stoi(next());
+    else if (a == "--min-p") min_p = std::stof(next());
     else {
       std::fprintf(stderr, "usage: bench_rollout [--preset P] [--workload grpo|nanovllm] [--device cuda|cpu] "
                            "[--dtype bf16|f32] [--kv-gb G] [--kv-cache-dtype auto|fp8] [--no-graphs] [--max-seqs N] "
-                           "[--max-batched N] [--graph-max-context N]\n");
+                           "[--max-batched N] [--graph-max-context N] [--top-p P] [--top-k K] [--min-p M]\n");
       return 2;
     }
   }
@@ -144,6 +150,9 @@ int main(int argc, char** argv) {
     for (size_t p = 0; p < n_prompts; ++p) {
       SamplingParams sp;
       sp.temperature = 1.0f;
+      sp.top_p = top_p;
+      sp.top_k = top_k;
+      sp.min_p = min_p;
       sp.n = n_per_prompt;
       sp.max_tokens = warm ? 16 : out_lens[p];
       sp.min_tokens = sp.max_tokens;
@@ -194,15 +203,21 @@ int main(int argc, char** argv) {
               prompts.size() * size_t(n_per_prompt),
               (long long)gen, secs, gen / secs, floor_s, floor_s > 0 ? secs / floor_s : 0.0, kv_floor_s,
               kv_floor_s > 0 ? secs / kv_floor_s : 0.0, peak / 1073741824.0);
+  std::string filter_flags;
+  if (top_p < 1.f) filter_flags += " --top-p " + std::to_string(top_p);
+  if (top_k > 0) filter_flags += " --top-k " + std::to_string(top_k);
+  if (min_p > 0.f) filter_flags += " --min-p " + std::to_string(min_p);
   nlohmann::json j = {
       {"bench", "rollout"},
       {"date", today()},
       {"device", device},
       {"command", "bench_rollout --preset " + preset + " --workload " + workload + " --device " + device +
-                      " --dtype " + dtype + (kv_fp8 ? " --kv-cache-dtype " + kv_cache_dtype : std::string())},
+                      " --dtype " + dtype + (kv_fp8 ? " --kv-cache-dtype " + kv_cache_dtype : std::string()) +
+                      filter_flags},
       {"config",
        {{"preset", preset}, {"workload", workload}, {"dtype", dtype}, {"kv_cache_dtype", kv_cache_dtype},
         {"kv_dtype", dtype_name(kv_dtype.value())}, {"kv_bytes_per_block", engine.kv_bytes_per_block()},
+        {"top_p", top_p}, {"top_k", top_k}, {"min_p", min_p},
         {"cuda_graphs", eo.use_cuda_graphs},
         {"kv_gb", kv_gb}, {"max_num_seqs", max_seqs}, {"max_num_batched_tokens", max_batched}}},
       {"metrics",
@@ -212,7 +227,8 @@ int main(int argc, char** argv) {
         {"weight_bytes", weight_bytes}, {"copy_bw_bytes_per_s", bw}, {"weight_read_floor_s", floor_s},
         {"ratio_to_floor", floor_s > 0 ? secs / floor_s : 0.0}, {"kv_read_bytes", kv_read_bytes},
         {"weight_and_kv_floor_s", kv_floor_s}, {"ratio_to_weight_and_kv_floor", kv_floor_s > 0 ? secs / kv_floor_s : 0.0}}}};
-  std::string path = out_dir + "/rollout-" + preset + "-" + workload + (kv_fp8 ? "-kvfp8" : "") + ".json";
+  std::string path = out_dir + "/rollout-" + preset + "-" + workload + (kv_fp8 ? "-kvfp8" : "") +
+                     (filter_flags.empty() ? "" : "-filtered") + ".json";
   std::ofstream(path) << j.dump(2) << "\n";
   std::printf("wrote %s\n", path.c_str());
   return 0;

@@ -255,10 +255,14 @@ void ModelRunner::sample(const std::vector<RowSampling>& rows, std::vector<Sampl
   const Device dev = ctx_.device();
   int NB = 0, n_top = 0;
   bool any_raw = false, any_proc = false;
+  int filters = 0;  // SamplingRows::filter_hint: which filters some row uses
   for (const auto& r : rows) {
     NB = std::max(NB, int(r.banned.size()));
     n_top = std::max(n_top, r.n_top);
     if (r.n_top > 0) (r.top_processed ? any_proc : any_raw) = true;
+    if (r.top_k > 0) filters |= kFilterTopK;
+    if (r.top_p < 1.f) filters |= kFilterTopP;
+    if (r.min_p > 0.f) filters |= kFilterMinP;
   }
   const size_t nR = static_cast<size_t>(R);
   std::vector<float> temp(nR), top_p(nR), min_p(nR);
@@ -281,6 +285,7 @@ void ModelRunner::sample(const std::vector<RowSampling>& rows, std::vector<Sampl
   upload(ctx_, d_rows_.rng_key, key, R);
   upload(ctx_, d_rows_.rng_pos, pos, R);
   SamplingRows v;
+  v.filter_hint = filters;
   v.temperature = d_rows_.temperature.slice0(0, R);
   v.top_p = d_rows_.top_p.slice0(0, R);
   v.top_k = d_rows_.top_k.slice0(0, R);

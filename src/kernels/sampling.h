@@ -72,7 +72,12 @@ struct SamplingRows {
   Tensor rng_pos;      // (R) i64: RNG counter (index of the completion token being sampled)
   Tensor banned;       // (R, NB) i32: ids masked before sampling, -1 = padding; may be empty
                        // (used for EOS/stop ids while min_tokens is not reached)
+  // Host-side hint: which filters some row uses (kFilterTopK | kFilterTopP | kFilterMinP;
+  // 0: none), or -1 when the caller does not know. It only selects which kernels a backend
+  // launches; a hint that leaves out a filter some row uses is a caller bug.
+  int filter_hint = -1;
 };
+inline constexpr int kFilterTopK = 1, kFilterTopP = 2, kFilterMinP = 4;
 
 struct SamplingOutputs {
   Tensor tokens;             // (R) i32: sampled ids

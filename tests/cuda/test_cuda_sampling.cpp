@@ -5,6 +5,8 @@
 // filters (the split path) u may land within rounding of a bucket edge; edge_check() below
 // derives the bucket from the definition in double and accepts such a row (at most one per
 // case, so that a systematic off-by-one cannot hide behind it).
+// Filtered rows without top-n lists take the filtered split path (FilteredSplitPath*: the CPU,
+// ties, host hints, bitwise repeats, batch independence).
 // The split path (rows without filters, no top-n) gets its own tests: many rows at Qwen2.5's
 // vocabulary and at sizes that are not multiples of the 4096-id chunk or of 4 (misaligned
 // rows, scalar loads), banned ids at chunk edges, temperatures != 1, greedy and filtered rows
@@ -104,10 +106,12 @@ Result run_cpu(Case& c) {
   return o;
 }
 
-// No top-n lists: unfiltered rows take the split path.
-Result run_gpu(const Case& c) {
+// No top-n lists: unfiltered rows take the split path, filtered rows the filtered split path
+// (for the searches `hint` lets the sampler launch; -1: all).
+Result run_gpu(const Case& c, int hint = -1) {
   const int64_t R = c.R;
   SamplingRows gr;
+  gr.filter_hint = hint;
   gr.temperature = dev(c.temp, DType::f32, {R});
   gr.top_p = dev(c.top_p, DType::f32, {R});
   gr.min_p = dev(c.min_p, DType::f32, {R});
@@ -399,6 +403,85 @@ TEST(CudaSampling, SplitPathAllBannedRow) {
   const Result h = run_cpu(one);
   EXPECT_EQ(g.tok[1] % 2, 0) << "row 1 sampled a banned id";
   expect_matches_cpu("split all-banned neighbour", one, Result{{g.tok[1]}, {g.lr[1]}, {g.lp[1]}}, h);
+}
+
+// Filtered rows for the filtered split path (radix select over per-chunk digit histograms):
+// make_case's temperatures (greedy rows included), banned ids and -inf chunk, with a filter
+// mix per row — top-k 50; top-p 0.9; top-k 200 + top-p 0.95 + min-p 0.02; min-p 0.1; top-k 1;
+// top-p 0.3 + top-k 4999; and every seventh row unfiltered. Quantised logits put many exact
+// ties at the cut-offs (the id-order tie rules).
+Case make_filtered_case(int64_t R, int64_t V, uint32_t seed, bool quantised) {
+  Case c = make_case(R, V, seed);
+  if (quantised)
+    for (float& x : c.z)
+      if (x != -INFINITY) x = std::round(x * 2.f) / 2.f;
+  for (int64_t r = 0; r < R; ++r) {
+    const size_t i = size_t(r);
+    c.top_k[i] = 0;
+    c.top_p[i] = 1.f;
+    c.min_p[i] = 0.f;
+    switch (r % 7) {
+      case 0: c.top_k[i] = 50; break;
+      case 1: c.top_p[i] = 0.9f; break;
+      case 2: c.top_k[i] = 200; c.top_p[i] = 0.95f; c.min_p[i] = 0.02f; break;
+      case 3: c.min_p[i] = 0.1f; break;
+      case 4: c.top_k[i] = 1; break;
+      case 5: c.top_p[i] = 0.3f; c.top_k[i] = 4999; break;
+      default: break;
+    }
+  }
+  return c;
+}
+
+TEST(CudaSampling, FilteredSplitPathMatchesCpu) {
+  GRPO_SKIP_WITHOUT_CUDA();
+  const int64_t sizes[][2] = {{64, 151936}, {64, 151937}, {16, 5000}, {8, 100}};
+  uint32_t seed = 120;
+  for (const auto& rv : sizes)
+    for (bool quantised : {false, true}) {
+      Case c = make_filtered_case(rv[0], rv[1], seed++, quantised);
+      const Result g = run_gpu(c);
+      const Result h = run_cpu(c);
+      expect_matches_cpu("filtered R=" + std::to_string(c.R) + " V=" + std::to_string(c.V) +
+                             (quantised ? " quantised" : ""),
+                         c, g, h);
+    }
+}
+
+// Integer (fixed-point) sums: bitwise repeats and batch independence; the host hint only
+// chooses which searches run (rows whose search is not launched take the one-block path and
+// still match the CPU); an all-banned filtered row gets -1 / NaN.
+TEST(CudaSampling, FilteredSplitPathRepeatsHintsAndBatch) {
+  GRPO_SKIP_WITHOUT_CUDA();
+  Case c = make_filtered_case(64, 151936, 140, false);
+  const Result g = run_gpu(c);
+  EXPECT_TRUE(same_bits(g, run_gpu(c))) << "repeat";
+  EXPECT_TRUE(same_bits(g, run_gpu(c, kFilterTopK | kFilterTopP | kFilterMinP))) << "exact hint";
+  for (int hint : {0, kFilterTopK, kFilterTopP, kFilterMinP}) {
+    const Result gh = run_gpu(c, hint);
+    expect_matches_cpu("filtered hint " + std::to_string(hint), c, gh, run_cpu(c));
+  }
+  for (int64_t r : {0, 1, 2, 5, 33, 62}) {
+    const int64_t n = r == 62 ? 2 : 1;
+    const Result one = run_gpu(sub_case(c, r, n));
+    for (int64_t j = 0; j < n; ++j) {
+      const size_t i = size_t(r + j);
+      EXPECT_EQ(one.tok[size_t(j)], g.tok[i]) << "row " << r + j;
+      EXPECT_EQ(std::memcmp(&one.lr[size_t(j)], &g.lr[i], sizeof(float)), 0) << "row " << r + j;
+      EXPECT_EQ(std::memcmp(&one.lp[size_t(j)], &g.lp[i], sizeof(float)), 0) << "row " << r + j;
+    }
+  }
+  Case b = make_case(2, 300, 141);
+  b.temp = {1.f, 1.f};
+  b.top_p = {0.9f, 0.9f};
+  b.NB = 300;
+  b.banned.assign(size_t(2 * b.NB), -1);
+  for (int32_t i = 0; i < 300; ++i) b.banned[size_t(i)] = i;  // row 0: all banned
+  const Result gb = run_gpu(b);
+  EXPECT_EQ(gb.tok[0], -1);
+  EXPECT_TRUE(std::isnan(gb.lr[0]) && std::isnan(gb.lp[0]));
+  Case one = sub_case(b, 1, 1);
+  expect_matches_cpu("filtered all-banned neighbour", one, Result{{gb.tok[1]}, {gb.lr[1]}, {gb.lp[1]}}, run_cpu(one));
 }
 
 #else

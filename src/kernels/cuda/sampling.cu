@@ -38,6 +38,8 @@
 // run, and a row's results depend only on its logits and parameters, never on the batch.
 // A row whose every id is banned gets token −1 (the dispatcher's caller must not send one;
 // the CPU aborts).
+#include <cmath>
+
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/sampling.h"
 
@@ -575,7 +577,15 @@ struct SplitArgs {
   float* top_lps;
   int n_top;
   bool top_processed;
+  int filt_stages;  // 0: filtered rows take the one-block path; else 4 | 1 (top-k stages
+                    // launched) | 2 (top-p stages launched)
 };
+
+// Row r takes the filtered split path: it is filtered and every search it needs was launched.
+__device__ __forceinline__ bool filt_split_row(const SplitArgs& a, int64_t r) {
+  if (a.filt_stages == 0 || !row_filtered(r, a.top_p, a.top_k, a.min_p, 0)) return false;
+  return (a.top_k[r] <= 0 || (a.filt_stages & 1)) && (!(a.top_p[r] < 1.f) || (a.filt_stages & 2));
+}
 
 // Processed logit of a loaded z: −inf when banned or −inf, else z / temp (temp 1: z itself).
 __device__ __forceinline__ float proc_val(float v, bool is_banned, float temp) {
@@ -642,7 +652,7 @@ __global__ void __launch_bounds__(kPartThreads, 4) sample_part_kernel(SplitArgs 
   pdl_trigger();
   pdl_wait();
   const int64_t r = blockIdx.y;
-  if (row_filtered(r, a.top_p, a.top_k, a.min_p, 0)) return;
+  if (row_filtered(r, a.top_p, a.top_k, a.min_p, 0) && !filt_split_row(a, r)) return;
   __shared__ PartShared sh;
   const float* z = a.logits + r * a.V;
   const float t_raw = a.temperature[r], temp = t_raw > 0.f ? t_raw : 1.f;
@@ -733,6 +743,7 @@ __global__ void __launch_bounds__(kThreads) sample_finish_v2_kernel(SplitArgs a,
   __shared__ FinishShared fs;
   const int64_t r = blockIdx.x;
   if (!split || row_filtered(r, a.top_p, a.top_k, a.min_p, a.n_top)) {
+    if (split && filt_split_row(a, r)) return;  // the filtered split path's kernels write this row
     sample_row_full(r, sh, a.logits, a.V, a.temperature, a.top_p, a.top_k, a.min_p, a.rng_key, a.rng_pos, a.banned,
                     a.nb, a.tokens, a.lp_raw, a.lp_proc, a.top_ids, a.top_lps, a.n_top, a.top_processed);
     return;
@@ -847,6 +858,449 @@ __global__ void __launch_bounds__(kThreads) sample_finish_v2_kernel(SplitArgs a,
   }
 }
 
+
+// ---- split path for filtered rows (top-k / top-p / min-p, no top-n lists) ----
+// The one-block path bisects the 32 key bits with a pass over the row per bit (~70 passes
+// for top-k plus top-p). Here many blocks per row run a radix select over 8-bit digits of the
+// order-preserving key instead, with the masses in fixed point so that every sum is an
+// integer sum (exact, so independent of the order in which blocks and threads add):
+//   init    per row, from the part kernel's chunk statistics: m0, m, best, valid count, lse0
+//   hist    stages 0-3 (top-k) and 4-7 (top-p), grid (chunks, rows): a 256-bin histogram of
+//           digit d among the ids whose higher digits equal the prefix found so far (counts
+//           for top-k; for top-p the masses ⌊q·2^s⌉ of the ids inside the top-k set, q =
+//           exp(y − m) as the one-block path computes it, s = 63 − ⌈log2 V⌉ so no sum
+//           overflows). The row's last block to finish (arrival counter) adds the chunk
+//           histograms, takes the largest digit whose suffix weight reaches the target (k, or
+//           p·Q with Q the stage-4 total) and after the last digit resolves the ties at the
+//           found key in id order: the first chunk whose tie weight reaches the rest, then a
+//           block scan over that chunk's ids.
+//   sample  grid (chunks, rows): fixed-point kept mass per chunk; the row's last block finds
+//           the first chunk, then the first id, whose running mass exceeds u·S (ascending ids),
+//           and writes the token and both logprobs (lp = y − m − log S).
+// The kept set and the token are those of kernels/sampling.h except where a comparison falls
+// within the fixed-point rounding (≤ V·2^−(s+1) of mass, ~2e-9 of S at V = 151,936): the
+// same kind of edge as the unfiltered split path's. GRPO_FILTERED_SPLIT=0 (read once per
+// process) sends filtered rows back to the one-block path.
+constexpr int kBins = 256;
+
+struct FiltRow {
+  double lse0;       // raw log-normaliser
+  double target;     // top-p: p · Q in fixed-point units
+  uint64_t above;    // weight ranked above the current bucket (count or fixed-point mass)
+  int64_t idK, idP;  // last id kept among the ties at kK / kP (INT64_MAX: no tie rule yet)
+  float m;           // processed row max
+  int32_t best;      // processed argmax (lowest id)
+  uint32_t kK, kP;   // top-k / top-p keys (their known high digits while the search runs)
+  int32_t active, use_k, use_p;
+  uint32_t arrived;  // blocks of the current kernel that finished (the last one resets it)
+};
+
+struct FiltShared {
+  uint32_t ban[kPartThreads];
+  unsigned long long bins[kBins];
+  unsigned long long tot[kBins];
+  unsigned long long w8[kPartWarps];
+  unsigned long long cw[kMaxParts];
+  float f8[kPartWarps];
+  int32_t i8[kPartWarps];
+  double d8[kPartWarps];
+  int flag, pick, chunk;
+  unsigned long long cum_before;
+  unsigned long long id;
+};
+
+// 256-thread block reductions (every thread gets the result); fixed order.
+__device__ __forceinline__ unsigned long long scan256_excl(unsigned long long x, unsigned long long* total,
+                                                           FiltShared& sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  unsigned long long incl = x;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const unsigned long long y = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += y;
+  }
+  __syncthreads();
+  if (lane == 31) sh.w8[warp] = incl;
+  __syncthreads();
+  unsigned long long base = 0, tot = 0;
+  for (int w = 0; w < kPartWarps; ++w) {
+    if (w < warp) base += sh.w8[w];
+    tot += sh.w8[w];
+  }
+  *total = tot;
+  return base + incl - x;
+}
+__device__ __forceinline__ double sum256_d(double v, FiltShared& sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();
+  if (lane == 0) sh.d8[warp] = v;
+  __syncthreads();
+  double r = 0.0;
+  for (int w = 0; w < kPartWarps; ++w) r += sh.d8[w];
+  return r;
+}
+__device__ __forceinline__ void argmax256(float& v, int32_t& id, FiltShared& sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int32_t oi = __shfl_xor_sync(0xffffffffu, id, o);
+    if (ov > v || (ov == v && oi < id)) { v = ov; id = oi; }
+  }
+  __syncthreads();
+  if (lane == 0) { sh.f8[warp] = v; sh.i8[warp] = id; }
+  __syncthreads();
+  for (int w = 0; w < kPartWarps; ++w)
+    if (sh.f8[w] > v || (sh.f8[w] == v && sh.i8[w] < id)) { v = sh.f8[w]; id = sh.i8[w]; }
+}
+
+// Fixed-point mass of a processed logit (0 for −inf).
+__device__ __forceinline__ unsigned long long q_fix(float y, float m, double scale) {
+  return y == -INFINITY ? 0ull : __double2ull_rn(double(expf(y - m)) * scale);
+}
+
+// Inside the top-k set (valid ids only).
+__device__ __forceinline__ bool in_top_k(const FiltRow& s, uint32_t key, int64_t i) {
+  return !s.use_k || key > s.kK || (key == s.kK && i <= s.idK);
+}
+__device__ __forceinline__ bool in_top_p(const FiltRow& s, uint32_t key, int64_t i) {
+  return !s.use_p || key > s.kP || (key == s.kP && i <= s.idP);
+}
+
+// The row's last block of a (chunks, rows) grid gets true (after every block's writes are
+// visible to it) and resets the counter for the next kernel.
+__device__ __forceinline__ bool last_block_of_row(FiltRow* s, int n_chunks, FiltShared& sh) {
+  __syncthreads();  // the block's writes happen before thread 0's fence (fences are cumulative)
+  if (threadIdx.x == 0) {
+    __threadfence();
+    const unsigned prev = atomicAdd(&s->arrived, 1u);
+    sh.flag = prev == unsigned(n_chunks - 1);
+    if (sh.flag) s->arrived = 0u;
+  }
+  __syncthreads();
+  if (!sh.flag) return false;
+  __threadfence();
+  return true;
+}
+
+// First chunk (in order) whose running weight, added to base, satisfies cond; the chunk
+// weights come from w_of(c). Sets sh.chunk (−1 if none) and sh.cum_before.
+template <class WOf, class Cond>
+__device__ void find_chunk(int n_chunks, unsigned long long base, WOf w_of, Cond cond, FiltShared& sh) {
+  for (int c = threadIdx.x; c < n_chunks; c += kPartThreads) sh.cw[c] = w_of(c);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned long long cum = base;
+    sh.chunk = -1;
+    for (int c = 0; c < n_chunks; ++c) {
+      if (sh.cw[c] > 0 && cond(cum + sh.cw[c])) {
+        sh.chunk = c;
+        break;
+      }
+      cum += sh.cw[c];
+    }
+    sh.cum_before = cum;
+  }
+  __syncthreads();
+}
+
+// First id of chunk c (ascending) at which base + the running weight satisfies cond
+// (INT64_MAX if none). w(v, banned, id) gives an id's weight from its loaded logit.
+template <class W, class Cond>
+__device__ int64_t walk_chunk(const SplitArgs& a, int64_t r, int c, unsigned long long base, W w, Cond cond,
+                              FiltShared& sh) {
+  const float* z = a.logits + r * a.V;
+  const int64_t cb = int64_t(c) * kPartChunk, i0 = cb + int64_t(threadIdx.x) * kPer;
+  float v[kPer];
+  load_ids(z, a.V, i0, v);
+  const uint32_t ban = ban_mask(sh.ban, a.banned ? a.banned + r * a.nb : nullptr, a.nb, cb);
+  unsigned long long wk[kPer], own = 0;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    wk[k] = w(v[k], (ban >> k) & 1u, i0 + k);
+    own += wk[k];
+  }
+  unsigned long long tot;
+  const unsigned long long b0 = base + scan256_excl(own, &tot, sh);
+  if (threadIdx.x == 0) sh.id = ~0ull;
+  __syncthreads();
+  if (own > 0 && !cond(b0) && cond(b0 + own)) {
+    unsigned long long run = b0;
+    bool done = false;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      run += wk[k];
+      if (!done && wk[k] > 0 && cond(run)) {
+        atomicMin(&sh.id, (unsigned long long)(i0 + k));
+        done = true;
+      }
+    }
+  }
+  __syncthreads();
+  const unsigned long long id = sh.id;
+  __syncthreads();
+  return id == ~0ull ? INT64_MAX : int64_t(id);
+}
+
+// grid (R), 256 threads: row statistics from the part kernel's chunk partials.
+__global__ void __launch_bounds__(kPartThreads) filt_init_kernel(SplitArgs a, const ChunkPart* __restrict__ parts,
+                                                                 FiltRow* __restrict__ st) {
+  pdl_trigger();
+  pdl_wait();
+  __shared__ FiltShared sh;
+  const int64_t r = blockIdx.x;
+  FiltRow* s = st + r;
+  if (!filt_split_row(a, r)) {
+    if (threadIdx.x == 0) s->active = 0;
+    return;
+  }
+  const int n = a.n_chunks;
+  const ChunkPart* pr = parts + r * n;
+  float m0 = -INFINITY, m = -INFINITY;
+  int32_t best = INT32_MAX;
+  double nv = 0.0;
+  for (int c = threadIdx.x; c < n; c += kPartThreads) {
+    const ChunkPart p = pr[c];
+    m0 = fmaxf(m0, p.m0);
+    nv += double(p.n_valid);
+    if (p.m > m || (p.m == m && p.best < best)) { m = p.m; best = p.best; }
+  }
+  float m0v = m0;
+  int32_t dummy = 0;
+  argmax256(m0v, dummy, sh);
+  argmax256(m, best, sh);
+  nv = sum256_d(nv, sh);
+  double e0 = 0.0;
+  for (int c = threadIdx.x; c < n; c += kPartThreads) {
+    const ChunkPart p = pr[c];
+    if (p.m0 != -INFINITY) e0 += p.s0 * exp(double(p.m0) - double(m0v));
+  }
+  e0 = sum256_d(e0, sh);
+  if (threadIdx.x != 0) return;
+  if (nv == 0.0) {  // every id banned: caller bug
+    a.tokens[r] = -1;
+    a.lp_raw[r] = NAN;
+    a.lp_proc[r] = NAN;
+    s->active = 0;
+    return;
+  }
+  const int32_t k = a.top_k[r];
+  s->lse0 = double(m0v) + log(e0);
+  s->target = 0.0;
+  s->above = 0;
+  s->idK = INT64_MAX;
+  s->idP = INT64_MAX;
+  s->m = m;
+  s->best = best;
+  s->kK = 0;
+  s->kP = 0;
+  s->use_k = k > 0 && double(k) < nv;
+  s->use_p = a.top_p[r] < 1.f;
+  s->arrived = 0;
+  s->active = 1;
+}
+
+// grid (chunks, R), 256 threads: digit stage % 4 of the top-k (stage < 4) or top-p search.
+__global__ void __launch_bounds__(kPartThreads) filt_hist_kernel(SplitArgs a, FiltRow* __restrict__ st,
+                                                                 unsigned long long* __restrict__ hist, double scale,
+                                                                 int stage) {
+  pdl_trigger();
+  pdl_wait();
+  const int64_t r = blockIdx.y;
+  FiltRow* srow = st + r;
+  const FiltRow s = *srow;
+  const bool pstage = stage >= 4;
+  if (!s.active || !(pstage ? s.use_p : s.use_k)) return;
+  __shared__ FiltShared sh;
+  const int d = stage & 3, tid = threadIdx.x;
+  const int n = a.n_chunks;
+  const uint32_t prefix = pstage ? s.kP : s.kK;
+  const int lo = 24 - 8 * d;  // lowest bit of digit d
+  const float temp = a.temperature[r] > 0.f ? a.temperature[r] : 1.f;
+  // Weight of an id in this stage's histogram, and its digit.
+  auto weight = [&](float v, bool banned, int64_t i, int* digit) -> unsigned long long {
+    const float y = proc_val(v, banned, temp);
+    if (y == -INFINITY) return 0ull;
+    const uint32_t key = okey(y);
+    if (d > 0 && (key >> (lo + 8)) != (prefix >> (lo + 8))) return 0ull;
+    if (pstage && !in_top_k(s, key, i)) return 0ull;
+    *digit = int((key >> lo) & 255u);
+    return pstage ? q_fix(y, s.m, scale) : 1ull;
+  };
+  sh.bins[tid] = 0ull;
+  const float* z = a.logits + r * a.V;
+  const int64_t cb = int64_t(blockIdx.x) * kPartChunk, i0 = cb + int64_t(tid) * kPer;
+  float v[kPer];
+  load_ids(z, a.V, i0, v);
+  const uint32_t ban = ban_mask(sh.ban, a.banned ? a.banned + r * a.nb : nullptr, a.nb, cb);  // barriers
+  __syncthreads();
+  // Warp-aggregated adds: a row's keys crowd into few digits (flat logits: a handful of
+  // exponents at digit 0), so one add per distinct digit of the warp, not per id.
+  const int lane = tid & 31;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    int dg = 0;
+    const unsigned long long w = weight(v[k], (ban >> k) & 1u, i0 + k, &dg);
+    if (!pstage) {
+      const unsigned peers = __match_any_sync(0xffffffffu, w > 0 ? dg : -1);
+      if (w > 0 && lane == __ffs(peers) - 1) atomicAdd(&sh.bins[dg], (unsigned long long)__popc(peers));
+      continue;
+    }
+    unsigned todo = __ballot_sync(0xffffffffu, w > 0);
+    while (todo) {  // warp-uniform
+      const int src = __ffs(todo) - 1;
+      const int dsrc = __shfl_sync(0xffffffffu, dg, src);
+      const bool mine = w > 0 && dg == dsrc;
+      todo &= ~__ballot_sync(0xffffffffu, mine);
+      unsigned long long x = mine ? w : 0ull;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+      if (lane == src) atomicAdd(&sh.bins[dsrc], x);
+    }
+  }
+  __syncthreads();
+  unsigned long long* hrow = hist + (r * n) * kBins;
+  hrow[int64_t(blockIdx.x) * kBins + tid] = sh.bins[tid];
+  if (!last_block_of_row(srow, n, sh)) return;
+
+  // The row's last block: bin totals over the chunks, then the digit.
+  unsigned long long t = 0;
+  int c0 = 0;
+  for (; c0 + 8 <= n; c0 += 8) {  // eight loads in flight: the row's tail waits on this loop
+    unsigned long long x[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) x[j] = __ldcg(hrow + int64_t(c0 + j) * kBins + tid);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) t += x[j];
+  }
+  for (; c0 < n; ++c0) t += __ldcg(hrow + int64_t(c0) * kBins + tid);
+  sh.tot[tid] = t;
+  double need = double(a.top_k[r]);
+  if (pstage) {
+    need = s.target;
+    if (d == 0) {
+      unsigned long long Q;
+      scan256_excl(t, &Q, sh);
+      need = double(a.top_p[r]) * double(Q);
+    }
+  }
+  __syncthreads();
+  // Suffix weights: thread j takes bin 255 − j, so its inclusive scan is Σ_{b >= 255−j}.
+  const unsigned long long x = sh.tot[kBins - 1 - tid];
+  unsigned long long all;
+  const unsigned long long suf = scan256_excl(x, &all, sh) + x;
+  if (tid == 0) sh.pick = kBins - 1;
+  __syncthreads();
+  if (double(s.above + suf) >= need) atomicMin(&sh.pick, tid);  // largest digit that reaches need
+  __syncthreads();
+  const int j = sh.pick;
+  const int b = kBins - 1 - j;
+  const uint32_t key = prefix | (uint32_t(b) << lo);
+  unsigned long long above = 0;
+  if (tid == j) sh.cum_before = s.above + suf - x;
+  __syncthreads();
+  above = sh.cum_before;
+  if (d < 3) {
+    if (tid == 0) {
+      if (pstage) { srow->kP = key; srow->target = need; }
+      else srow->kK = key;
+      srow->above = above;
+    }
+    return;
+  }
+  // Last digit: the key is complete; keep its ties in id order up to the target.
+  auto cond = [&](unsigned long long c) { return double(c) >= need; };
+  find_chunk(n, above, [&](int c) { return __ldcg(hrow + int64_t(c) * kBins + b); }, cond, sh);
+  const int c = sh.chunk < 0 ? n - 1 : sh.chunk;
+  const unsigned long long cum = sh.cum_before;
+  const int64_t id = walk_chunk(
+      a, r, c, cum,
+      [&](float v, bool banned, int64_t i) -> unsigned long long {
+        const float y = proc_val(v, banned, temp);
+        if (y == -INFINITY || okey(y) != key) return 0ull;
+        if (pstage && !in_top_k(s, key, i)) return 0ull;
+        return pstage ? q_fix(y, s.m, scale) : 1ull;
+      },
+      cond, sh);
+  if (tid == 0) {
+    if (pstage) {
+      srow->kP = key;
+      srow->idP = id == INT64_MAX ? int64_t(a.V) : id;
+      srow->target = need;
+    } else {
+      srow->kK = key;
+      srow->idK = id == INT64_MAX ? int64_t(a.V) : id;
+    }
+    srow->above = 0;
+  }
+}
+
+// grid (chunks, R), 256 threads: kept mass per chunk; the row's last block draws the token.
+__global__ void __launch_bounds__(kPartThreads) filt_sample_kernel(SplitArgs a, FiltRow* __restrict__ st,
+                                                                   unsigned long long* __restrict__ csum,
+                                                                   double scale) {
+  pdl_trigger();
+  pdl_wait();
+  const int64_t r = blockIdx.y;
+  FiltRow* srow = st + r;
+  const FiltRow s = *srow;
+  if (!s.active) return;
+  __shared__ FiltShared sh;
+  const int n = a.n_chunks, tid = threadIdx.x;
+  const float temp = a.temperature[r] > 0.f ? a.temperature[r] : 1.f, mp = a.min_p[r];
+  auto kept_w = [&](float v, bool banned, int64_t i) -> unsigned long long {
+    const float y = proc_val(v, banned, temp);
+    if (y == -INFINITY) return 0ull;
+    const uint32_t key = okey(y);
+    if (!in_top_k(s, key, i) || !in_top_p(s, key, i)) return 0ull;
+    const float q = expf(y - s.m);
+    if (mp > 0.f && int32_t(i) != s.best && q < mp) return 0ull;
+    return __double2ull_rn(double(q) * scale);
+  };
+  const float* z = a.logits + r * a.V;
+  const int64_t cb = int64_t(blockIdx.x) * kPartChunk, i0 = cb + int64_t(tid) * kPer;
+  float v[kPer];
+  load_ids(z, a.V, i0, v);
+  const uint32_t ban = ban_mask(sh.ban, a.banned ? a.banned + r * a.nb : nullptr, a.nb, cb);
+  unsigned long long own = 0;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) own += kept_w(v[k], (ban >> k) & 1u, i0 + k);
+  unsigned long long tot;
+  scan256_excl(own, &tot, sh);
+  unsigned long long* crow = csum + r * n;
+  if (tid == 0) crow[blockIdx.x] = tot;
+  if (!last_block_of_row(srow, n, sh)) return;
+
+  unsigned long long S_part = 0;
+  for (int c = tid; c < n; c += kPartThreads) S_part += __ldcg(crow + c);
+  unsigned long long S;
+  scan256_excl(S_part, &S, sh);
+  int64_t t = s.best;
+  if (a.temperature[r] > 0.f) {
+    const float u = sampling_uniform(uint64_t(a.rng_key[r]), uint64_t(a.rng_pos[r]));
+    const double thr = double(u) * double(S);
+    auto cond = [&](unsigned long long c) { return double(c) > thr; };
+    find_chunk(n, 0ull, [&](int c) { return __ldcg(crow + c); }, cond, sh);
+    if (sh.chunk >= 0) {
+      const int64_t id = walk_chunk(a, r, sh.chunk, sh.cum_before, kept_w, cond, sh);
+      if (id != INT64_MAX) t = id;
+    }
+  }
+  if (tid == 0) {
+    const double log_S = log(double(S) / scale);
+    a.tokens[r] = int32_t(t);
+    a.lp_raw[r] = float(double(z[t]) - s.lse0);
+    a.lp_proc[r] = float(double(proc_val(z[t], false, temp)) - double(s.m) - log_S);
+  }
+}
+
+bool filtered_split_enabled() {
+  static const bool on = env_long("GRPO_FILTERED_SPLIT", 1, 0, 1) == 1;
+  return on;
+}
+
 bool split_sampler_v1() {
   static const bool on = env_long("GRPO_SPLIT_SAMPLER_V1", 0, 0, 1) == 1;
   return on;
@@ -908,6 +1362,12 @@ void sample_tokens(Context& ctx, SamplingOutputs& out, const Tensor& logits, con
   // With top-n lists every row is filtered: no part pass. Vocabularies above kMaxParts chunks
   // (4,194,304 ids) also take the one-block path.
   const bool split = n_top == 0 && a.n_chunks <= kMaxParts;
+  // rows.filter_hint (host): -1 unknown, else which filters some row uses (0: none, so the
+  // filtered kernels are not launched). A row whose filter's search is not launched takes the
+  // one-block path, so any hint gives correct results.
+  const int hint = rows.filter_hint;
+  const bool any_k = hint < 0 || (hint & kFilterTopK), any_p = hint < 0 || (hint & kFilterTopP);
+  a.filt_stages = split && hint != 0 && filtered_split_enabled() ? 4 | (any_k ? 1 : 0) | (any_p ? 2 : 0) : 0;
   ChunkPart* parts = nullptr;
   if (split) {
     parts = sa.alloc<ChunkPart>(R * a.n_chunks, "sampler chunk partials");
@@ -915,6 +1375,19 @@ void sample_tokens(Context& ctx, SamplingOutputs& out, const Tensor& logits, con
   }
   launch_pdl(ctx, sample_finish_v2_kernel, dim3(unsigned(R)), dim3(kThreads), 0, a,
              static_cast<const ChunkPart*>(parts), split ? 1 : 0);
+  if (a.filt_stages == 0) return;
+  FiltRow* st = sa.alloc<FiltRow>(R, "sampler filtered-row state");
+  auto* hist = sa.alloc<unsigned long long>(R * a.n_chunks * kBins, "sampler digit histograms");
+  auto* csum = sa.alloc<unsigned long long>(R * a.n_chunks, "sampler kept-mass partials");
+  int ceil_log2 = 0;
+  while ((int64_t(1) << ceil_log2) < V) ++ceil_log2;
+  const double scale = std::ldexp(1.0, 63 - ceil_log2);  // V terms of at most 2^s stay below 2^63
+  const dim3 grid(unsigned(a.n_chunks), unsigned(R));
+  launch_pdl(ctx, filt_init_kernel, dim3(unsigned(R)), dim3(kPartThreads), 0, a,
+             static_cast<const ChunkPart*>(parts), st);
+  for (int stage = any_k ? 0 : 4; stage < (any_p ? 8 : 4); ++stage)
+    launch_pdl(ctx, filt_hist_kernel, grid, dim3(kPartThreads), 0, a, st, hist, scale, stage);
+  launch_pdl(ctx, filt_sample_kernel, grid, dim3(kPartThreads), 0, a, st, csum, scale);
 }
 
 }  // namespace grpo::cuda
