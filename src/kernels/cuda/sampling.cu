@@ -1016,12 +1016,9 @@ __device__ int64_t walk_chunk(const SplitArgs& a, int64_t r, int c, unsigned lon
   float v[kPer];
   load_ids(z, a.V, i0, v);
   const uint32_t ban = ban_mask(sh.ban, a.banned ? a.banned + r * a.nb : nullptr, a.nb, cb);
-  unsigned long long wk[kPer], own = 0;
+  unsigned long long own = 0;
 #pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    wk[k] = w(v[k], (ban >> k) & 1u, i0 + k);
-    own += wk[k];
-  }
+  for (int k = 0; k < kPer; ++k) own += w(v[k], (ban >> k) & 1u, i0 + k);
   unsigned long long tot;
   const unsigned long long b0 = base + scan256_excl(own, &tot, sh);
   if (threadIdx.x == 0) sh.id = ~0ull;
@@ -1031,8 +1028,9 @@ __device__ int64_t walk_chunk(const SplitArgs& a, int64_t r, int c, unsigned lon
     bool done = false;
 #pragma unroll
     for (int k = 0; k < kPer; ++k) {
-      run += wk[k];
-      if (!done && wk[k] > 0 && cond(run)) {
+      const unsigned long long wk = w(v[k], (ban >> k) & 1u, i0 + k);  // recomputed: fewer registers
+      run += wk;
+      if (!done && wk > 0 && cond(run)) {
         atomicMin(&sh.id, (unsigned long long)(i0 + k));
         done = true;
       }
@@ -1046,12 +1044,15 @@ __device__ int64_t walk_chunk(const SplitArgs& a, int64_t r, int c, unsigned lon
 
 // grid (R), 256 threads: row statistics from the part kernel's chunk partials.
 __global__ void __launch_bounds__(kPartThreads) filt_init_kernel(SplitArgs a, const ChunkPart* __restrict__ parts,
-                                                                 FiltRow* __restrict__ st) {
+                                                                 FiltRow* __restrict__ st,
+                                                                 unsigned long long* __restrict__ rowhist) {
   pdl_trigger();
   pdl_wait();
   __shared__ FiltShared sh;
   const int64_t r = blockIdx.x;
   FiltRow* s = st + r;
+  rowhist[r * 2 * kBins + threadIdx.x] = 0ull;  // both row-histogram buffers
+  rowhist[r * 2 * kBins + kBins + threadIdx.x] = 0ull;
   if (!filt_split_row(a, r)) {
     if (threadIdx.x == 0) s->active = 0;
     return;
@@ -1104,7 +1105,8 @@ __global__ void __launch_bounds__(kPartThreads) filt_init_kernel(SplitArgs a, co
 
 // grid (chunks, R), 256 threads: digit stage % 4 of the top-k (stage < 4) or top-p search.
 __global__ void __launch_bounds__(kPartThreads) filt_hist_kernel(SplitArgs a, FiltRow* __restrict__ st,
-                                                                 unsigned long long* __restrict__ hist, double scale,
+                                                                 unsigned long long* __restrict__ hist,
+                                                                 unsigned long long* __restrict__ rowhist, double scale,
                                                                  int stage) {
   pdl_trigger();
   pdl_wait();
@@ -1161,21 +1163,35 @@ __global__ void __launch_bounds__(kPartThreads) filt_hist_kernel(SplitArgs a, Fi
     }
   }
   __syncthreads();
+  // Digits 0-2: the block's nonzero bins go straight into the row's histogram (integer adds
+  // at L2: exact whatever their order). The last digit keeps per-chunk histograms, whose bin
+  // at the found key orders the ties by chunk.
   unsigned long long* hrow = hist + (r * n) * kBins;
-  hrow[int64_t(blockIdx.x) * kBins + tid] = sh.bins[tid];
+  unsigned long long* rh = rowhist + (r * 2 + (stage & 1)) * kBins;
+  if (d < 3) {
+    if (sh.bins[tid] != 0ull) atomicAdd(rh + tid, sh.bins[tid]);
+  } else {
+    hrow[int64_t(blockIdx.x) * kBins + tid] = sh.bins[tid];
+  }
   if (!last_block_of_row(srow, n, sh)) return;
 
-  // The row's last block: bin totals over the chunks, then the digit.
+  // The row's last block: bin totals, then the digit. It also clears the other row-histogram
+  // buffer for the next stage (the previous stage, its last user, has completed).
+  rowhist[(r * 2 + ((stage + 1) & 1)) * kBins + tid] = 0ull;
   unsigned long long t = 0;
-  int c0 = 0;
-  for (; c0 + 8 <= n; c0 += 8) {  // eight loads in flight: the row's tail waits on this loop
-    unsigned long long x[8];
+  if (d < 3) {
+    t = __ldcg(rh + tid);
+  } else {
+    int c0 = 0;
+    for (; c0 + 8 <= n; c0 += 8) {  // eight loads in flight: the row's tail waits on this loop
+      unsigned long long x[8];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) x[j] = __ldcg(hrow + int64_t(c0 + j) * kBins + tid);
+      for (int j = 0; j < 8; ++j) x[j] = __ldcg(hrow + int64_t(c0 + j) * kBins + tid);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) t += x[j];
+      for (int j = 0; j < 8; ++j) t += x[j];
+    }
+    for (; c0 < n; ++c0) t += __ldcg(hrow + int64_t(c0) * kBins + tid);
   }
-  for (; c0 < n; ++c0) t += __ldcg(hrow + int64_t(c0) * kBins + tid);
   sh.tot[tid] = t;
   double need = double(a.top_k[r]);
   if (pstage) {
@@ -1379,14 +1395,15 @@ void sample_tokens(Context& ctx, SamplingOutputs& out, const Tensor& logits, con
   FiltRow* st = sa.alloc<FiltRow>(R, "sampler filtered-row state");
   auto* hist = sa.alloc<unsigned long long>(R * a.n_chunks * kBins, "sampler digit histograms");
   auto* csum = sa.alloc<unsigned long long>(R * a.n_chunks, "sampler kept-mass partials");
+  auto* rowhist = sa.alloc<unsigned long long>(R * 2 * kBins, "sampler row histograms");
   int ceil_log2 = 0;
   while ((int64_t(1) << ceil_log2) < V) ++ceil_log2;
   const double scale = std::ldexp(1.0, 63 - ceil_log2);  // V terms of at most 2^s stay below 2^63
   const dim3 grid(unsigned(a.n_chunks), unsigned(R));
   launch_pdl(ctx, filt_init_kernel, dim3(unsigned(R)), dim3(kPartThreads), 0, a,
-             static_cast<const ChunkPart*>(parts), st);
+             static_cast<const ChunkPart*>(parts), st, rowhist);
   for (int stage = any_k ? 0 : 4; stage < (any_p ? 8 : 4); ++stage)
-    launch_pdl(ctx, filt_hist_kernel, grid, dim3(kPartThreads), 0, a, st, hist, scale, stage);
+    launch_pdl(ctx, filt_hist_kernel, grid, dim3(kPartThreads), 0, a, st, hist, rowhist, scale, stage);
   launch_pdl(ctx, filt_sample_kernel, grid, dim3(kPartThreads), 0, a, st, csum, scale);
 }
 
