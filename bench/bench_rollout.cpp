@@ -12,7 +12,7 @@
 // E4M3 KV cache (EngineOptions::kv_cache_dtype); its results go to
 // rollout-<preset>-<workload>-kvfp8.json so the default run's file stays as it is.
 // --top-p P / --top-k K / --min-p M sample with those filters (the GRPO default is none);
-// such runs write rollout-<preset>-<workload>-filtered.json.
+// such runs write rollout-<preset>-<workload>-top_p0.9-top_k50.json (the filters in the name).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -203,10 +203,15 @@ int main(int argc, char** argv) {
               prompts.size() * size_t(n_per_prompt),
               (long long)gen, secs, gen / secs, floor_s, floor_s > 0 ? secs / floor_s : 0.0, kv_floor_s,
               kv_floor_s > 0 ? secs / kv_floor_s : 0.0, peak / 1073741824.0);
-  std::string filter_flags;
-  if (top_p < 1.f) filter_flags += " --top-p " + std::to_string(top_p);
-  if (top_k > 0) filter_flags += " --top-k " + std::to_string(top_k);
-  if (min_p > 0.f) filter_flags += " --min-p " + std::to_string(min_p);
+  std::string filter_flags, filter_tag;
+  auto num = [](double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", v);
+    return std::string(b);
+  };
+  if (top_p < 1.f) filter_flags += " --top-p " + num(top_p), filter_tag += "-top_p" + num(top_p);
+  if (top_k > 0) filter_flags += " --top-k " + num(top_k), filter_tag += "-top_k" + num(top_k);
+  if (min_p > 0.f) filter_flags += " --min-p " + num(min_p), filter_tag += "-min_p" + num(min_p);
   nlohmann::json j = {
       {"bench", "rollout"},
       {"date", today()},
@@ -228,7 +233,7 @@ int main(int argc, char** argv) {
         {"ratio_to_floor", floor_s > 0 ? secs / floor_s : 0.0}, {"kv_read_bytes", kv_read_bytes},
         {"weight_and_kv_floor_s", kv_floor_s}, {"ratio_to_weight_and_kv_floor", kv_floor_s > 0 ? secs / kv_floor_s : 0.0}}}};
   std::string path = out_dir + "/rollout-" + preset + "-" + workload + (kv_fp8 ? "-kvfp8" : "") +
-                     (filter_flags.empty() ? "" : "-filtered") + ".json";
+                     filter_tag + ".json";
   std::ofstream(path) << j.dump(2) << "\n";
   std::printf("wrote %s\n", path.c_str());
   return 0;

@@ -27,8 +27,9 @@
 //           the part kernel summed it, so the boundary after its last thread is P_c bitwise;
 //           the first thread whose boundary exceeds u·S walks its 16 ids (fallback: the
 //           chunk's last weighted id, reachable only through f64 rounding).
-//   Filtered rows (and every row when top-n lists are asked for, or V > 1024 chunks) run the
-//   one-block path inside the finish kernel.
+//   Filtered rows take the filtered split path below (radix select over key digits, many
+//   blocks per row); every row when top-n lists are asked for (or V > 1024 chunks, or
+//   GRPO_FILTERED_SPLIT=0) runs the one-block path inside the finish kernel.
 // The terms are relative to the chunk max (the CPU's to the row max), so a token can differ
 // from the CPU's only when u falls within f32 rounding of a bucket edge (as sampling.h allows).
 // GRPO_SPLIT_SAMPLER_V1=1 (read once per process) selects the previous split path for A/B runs:
@@ -869,11 +870,13 @@ __global__ void __launch_bounds__(kThreads) sample_finish_v2_kernel(SplitArgs a,
 //           digit d among the ids whose higher digits equal the prefix found so far (counts
 //           for top-k; for top-p the masses ⌊q·2^s⌉ of the ids inside the top-k set, q =
 //           exp(y − m) as the one-block path computes it, s = 63 − ⌈log2 V⌉ so no sum
-//           overflows). The row's last block to finish (arrival counter) adds the chunk
-//           histograms, takes the largest digit whose suffix weight reaches the target (k, or
-//           p·Q with Q the stage-4 total) and after the last digit resolves the ties at the
-//           found key in id order: the first chunk whose tie weight reaches the rest, then a
-//           block scan over that chunk's ids.
+//           overflows), added per warp and digit in shared memory; digits 0-2 add the block's
+//           nonzero bins into the row's histogram (L2 atomics), the last digit keeps one
+//           histogram per chunk. The row's last block to finish (arrival counter) takes the
+//           largest digit whose suffix weight reaches the target (k, or p·Q with Q the stage-4
+//           total) and after the last digit resolves the ties at the found key in id order:
+//           the first chunk whose tie weight reaches the rest, then a block scan over that
+//           chunk's ids.
 //   sample  grid (chunks, rows): fixed-point kept mass per chunk; the row's last block finds
 //           the first chunk, then the first id, whose running mass exceeds u·S (ascending ids),
 //           and writes the token and both logprobs (lp = y − m − log S).
