@@ -47,8 +47,8 @@ __device__ __forceinline__ void fetch_weights(unsigned char* sm, const unsigned 
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 
-// After the dependency: read the input activations, wait for the weights, write output.
-__device__ __forceinline__ void phase_body(const unsigned char* sm, const Phase& p, const uint4* in, uint4* out) {
+// After the dependency: the input activations (L2-resident), folded into one value.
+__device__ __forceinline__ uint4 read_acts(const Phase& p, const uint4* in) {
   uint4 acc = make_uint4(0, 0, 0, 0);
   const int n_in = p.act_in / 16;
   const int start = (blockIdx.x * 977) % (n_in > 0 ? n_in : 1);
@@ -56,7 +56,10 @@ __device__ __forceinline__ void phase_body(const unsigned char* sm, const Phase&
     uint4 v = __ldcg(in + (start + i) % n_in);
     acc.x ^= v.x; acc.y ^= v.y; acc.z ^= v.z; acc.w ^= v.w;
   }
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+  return acc;
+}
+// Once the weights are in shared memory: fold them in and write the block's output slice.
+__device__ __forceinline__ void consume_write(const unsigned char* sm, const Phase& p, uint4 acc, uint4* out) {
   __syncthreads();
   const uint4* s4 = reinterpret_cast<const uint4*>(sm);
   for (int i = threadIdx.x; i < p.w_per_block / 16; i += kThreads) {
@@ -65,6 +68,11 @@ __device__ __forceinline__ void phase_body(const unsigned char* sm, const Phase&
   }
   const int n_out = p.act_out_per_blk / 16;
   for (int i = threadIdx.x; i < n_out; i += kThreads) out[(long long)blockIdx.x * n_out + i] = acc;
+}
+__device__ __forceinline__ void phase_body(const unsigned char* sm, const Phase& p, const uint4* in, uint4* out) {
+  const uint4 acc = read_acts(p, in);
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+  consume_write(sm, p, acc, out);
 }
 
 __global__ void phase_kernel(const unsigned char* w, Phase p, const uint4* in, uint4* out, long long pf_off,
@@ -119,24 +127,9 @@ __global__ void persistent2_kernel(const unsigned char* w, const Phase* phases, 
     }
     grid_barrier(bar, unsigned(i + 1) * gridDim.x);
     // read activations, then wait for all but the newest group (this phase's weights)
-    uint4 acc = make_uint4(0, 0, 0, 0);
-    const uint4* in = (i & 1) ? a1 : a0;
-    uint4* out = (i & 1) ? a0 : a1;
-    const int n_in = p.act_in / 16;
-    const int start = (blockIdx.x * 977) % (n_in > 0 ? n_in : 1);
-    for (int j = threadIdx.x; j < n_in; j += kThreads) {
-      uint4 v = __ldcg(in + (start + j) % n_in);
-      acc.x ^= v.x; acc.y ^= v.y; acc.z ^= v.z; acc.w ^= v.w;
-    }
+    const uint4 acc = read_acts(p, (i & 1) ? a1 : a0);
     asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-    __syncthreads();
-    const uint4* s4 = reinterpret_cast<const uint4*>(sm + buf_off[i]);
-    for (int j = threadIdx.x; j < p.w_per_block / 16; j += kThreads) {
-      uint4 v = s4[j];
-      acc.x ^= v.x; acc.y ^= v.y; acc.z ^= v.z; acc.w ^= v.w;
-    }
-    const int n_out = p.act_out_per_blk / 16;
-    for (int j = threadIdx.x; j < n_out; j += kThreads) out[(long long)blockIdx.x * n_out + j] = acc;
+    consume_write(sm + buf_off[i], p, acc, (i & 1) ? a0 : a1);
     __syncthreads();
   }
 }
@@ -242,22 +235,26 @@ int main(int argc, char** argv) {
     CK(cudaEventElapsedTime(&ms, e0, e1));
     return ms * 1e3 / iters;
   };
+  // One phase kernel on st (captured), with or without programmatic dependent launch.
+  auto launch_phase = [&](const Phase& p, bool pdl, const uint4* in, uint4* out, long long pf_off, int pf) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(NB);
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = size_t(p.w_per_block);
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    CK(cudaLaunchKernelEx(&cfg, phase_kernel, (const unsigned char*)w, p, in, out, pf_off, pf));
+  };
   const int modes[][2] = {{1, 0}, {0, 0}, {1, 1}, {1, 2}, {1, 3}};  // (pdl, L2 prefetch distance)
   for (auto& m : modes) {
     const int pdl = m[0], dist = m[1];
     cudaGraph_t g;
     CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
     for (size_t i = 0; i < ph.size(); ++i) {
-      cudaLaunchConfig_t cfg = {};
-      cfg.gridDim = dim3(NB);
-      cfg.blockDim = dim3(kThreads);
-      cfg.dynamicSmemBytes = size_t(ph[i].w_per_block);
-      cfg.stream = st;
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attr[0].val.programmaticStreamSerializationAllowed = 1;
-      cfg.attrs = attr;
-      cfg.numAttrs = pdl ? 1 : 0;
       const uint4* in = (i & 1) ? a1 : a0;
       uint4* out = (i & 1) ? a0 : a1;
       long long pf_off = 0;
@@ -266,7 +263,7 @@ int main(int argc, char** argv) {
         pf_off = ph[i + dist].w_off;
         pf = ph[i + dist].w_per_block;
       }
-      CK(cudaLaunchKernelEx(&cfg, phase_kernel, (const unsigned char*)w, ph[i], in, out, pf_off, pf));
+      launch_phase(ph[i], pdl != 0, in, out, pf_off, pf);
     }
     CK(cudaStreamEndCapture(st, &g));
     cudaGraphExec_t ge;
@@ -337,16 +334,7 @@ int main(int argc, char** argv) {
     cudaGraph_t g2;
     CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
     for (size_t i = 0; i < empty.size(); ++i) {
-      cudaLaunchConfig_t cfg = {};
-      cfg.gridDim = dim3(NB);
-      cfg.blockDim = dim3(kThreads);
-      cfg.stream = st;
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attr[0].val.programmaticStreamSerializationAllowed = 1;
-      cfg.attrs = attr;
-      cfg.numAttrs = 1;
-      CK(cudaLaunchKernelEx(&cfg, phase_kernel, (const unsigned char*)w, empty[i], (const uint4*)a0, a1, 0LL, 0));
+      launch_phase(empty[i], true, a0, a1, 0LL, 0);
     }
     CK(cudaStreamEndCapture(st, &g2));
     cudaGraphExec_t ge2;

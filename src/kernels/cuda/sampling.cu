@@ -78,26 +78,26 @@ __device__ double block_sum_d(double v, Shared& sh) {
   return r;
 }
 
-// Block argmax of (v, id): larger v wins, then lower id. Every thread gets the winner.
-__device__ void block_argmax(float& v, int32_t& id, Shared& sh) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+// Warp argmax of (v, id): larger v wins, then lower id. Every lane gets the winner.
+__device__ __forceinline__ void warp_argmax(float& v, int32_t& id) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, v, o);
     const int32_t oi = __shfl_xor_sync(0xffffffffu, id, o);
     if (ov > v || (ov == v && oi < id)) { v = ov; id = oi; }
   }
+}
+
+// Block argmax of (v, id), the same order. Every thread gets the winner.
+__device__ void block_argmax(float& v, int32_t& id, Shared& sh) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  warp_argmax(v, id);
   __syncthreads();
   if (lane == 0) { sh.f[warp] = v; sh.i[warp] = id; }
   __syncthreads();
   v = sh.f[lane];
   id = sh.i[lane];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int32_t oi = __shfl_xor_sync(0xffffffffu, id, o);
-    if (ov > v || (ov == v && oi < id)) { v = ov; id = oi; }
-  }
+  warp_argmax(v, id);
 }
 
 // Exclusive prefix of x over threads in order; *total gets the block total.
@@ -946,12 +946,7 @@ __device__ __forceinline__ double sum256_d(double v, FiltShared& sh) {
 }
 __device__ __forceinline__ void argmax256(float& v, int32_t& id, FiltShared& sh) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    const int32_t oi = __shfl_xor_sync(0xffffffffu, id, o);
-    if (ov > v || (ov == v && oi < id)) { v = ov; id = oi; }
-  }
+  warp_argmax(v, id);
   __syncthreads();
   if (lane == 0) { sh.f8[warp] = v; sh.i8[warp] = id; }
   __syncthreads();
@@ -1009,19 +1004,29 @@ __device__ void find_chunk(int n_chunks, unsigned long long base, WOf w_of, Cond
   __syncthreads();
 }
 
+// This thread's kPer ids of the chunk from id cb: loaded logits v, their ban bits, and the
+// sum of their weights w(v, banned, id). Call from every thread (ban_mask has barriers).
+template <class W>
+__device__ unsigned long long chunk_weights(const SplitArgs& a, int64_t r, int64_t cb, W w, float (&v)[kPer],
+                                            uint32_t& ban, FiltShared& sh) {
+  const int64_t i0 = cb + int64_t(threadIdx.x) * kPer;
+  load_ids(a.logits + r * a.V, a.V, i0, v);
+  ban = ban_mask(sh.ban, a.banned ? a.banned + r * a.nb : nullptr, a.nb, cb);
+  unsigned long long own = 0;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) own += w(v[k], (ban >> k) & 1u, i0 + k);
+  return own;
+}
+
 // First id of chunk c (ascending) at which base + the running weight satisfies cond
 // (INT64_MAX if none). w(v, banned, id) gives an id's weight from its loaded logit.
 template <class W, class Cond>
 __device__ int64_t walk_chunk(const SplitArgs& a, int64_t r, int c, unsigned long long base, W w, Cond cond,
                               FiltShared& sh) {
-  const float* z = a.logits + r * a.V;
   const int64_t cb = int64_t(c) * kPartChunk, i0 = cb + int64_t(threadIdx.x) * kPer;
   float v[kPer];
-  load_ids(z, a.V, i0, v);
-  const uint32_t ban = ban_mask(sh.ban, a.banned ? a.banned + r * a.nb : nullptr, a.nb, cb);
-  unsigned long long own = 0;
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) own += w(v[k], (ban >> k) & 1u, i0 + k);
+  uint32_t ban;
+  const unsigned long long own = chunk_weights(a, r, cb, w, v, ban, sh);
   unsigned long long tot;
   const unsigned long long b0 = base + scan256_excl(own, &tot, sh);
   if (threadIdx.x == 0) sh.id = ~0ull;
@@ -1279,13 +1284,9 @@ __global__ void __launch_bounds__(kPartThreads) filt_sample_kernel(SplitArgs a, 
     return __double2ull_rn(double(q) * scale);
   };
   const float* z = a.logits + r * a.V;
-  const int64_t cb = int64_t(blockIdx.x) * kPartChunk, i0 = cb + int64_t(tid) * kPer;
   float v[kPer];
-  load_ids(z, a.V, i0, v);
-  const uint32_t ban = ban_mask(sh.ban, a.banned ? a.banned + r * a.nb : nullptr, a.nb, cb);
-  unsigned long long own = 0;
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) own += kept_w(v[k], (ban >> k) & 1u, i0 + k);
+  uint32_t ban;
+  const unsigned long long own = chunk_weights(a, r, int64_t(blockIdx.x) * kPartChunk, kept_w, v, ban, sh);
   unsigned long long tot;
   scan256_excl(own, &tot, sh);
   unsigned long long* crow = csum + r * n;
