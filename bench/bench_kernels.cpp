@@ -369,15 +369,15 @@ int main(int argc, char** argv) {
   }
 
   // Sampling.
-  for (int filt = 0; filt < 2; ++filt) {
+  for (int filt = 0; filt < 3; ++filt) {  // none; top-p 0.9 + top-k 50; top-p 0.95
     const int64_t R = 64;
     Tensor z = randt(DType::f32, {R, V}, 15, 3.f);
     SamplingRows sr;
-    sr.filter_hint = filt ? kFilterTopK | kFilterTopP : 0;  // as the engine passes it
+    sr.filter_hint = filt == 0 ? 0 : filt == 1 ? kFilterTopK | kFilterTopP : kFilterTopP;  // as the engine passes it
     sr.temperature = tensor_from_f32(Device::cuda, DType::f32, std::vector<float>(R, 1.f), {R});
-    sr.top_p = tensor_from_f32(Device::cuda, DType::f32, std::vector<float>(R, filt ? 0.9f : 1.f), {R});
+    sr.top_p = tensor_from_f32(Device::cuda, DType::f32, std::vector<float>(R, filt == 0 ? 1.f : filt == 1 ? 0.9f : 0.95f), {R});
     sr.min_p = tensor_from_f32(Device::cuda, DType::f32, std::vector<float>(R, 0.f), {R});
-    sr.top_k = dev_ints(std::vector<int32_t>(R, filt ? 50 : 0), DType::i32, {R});
+    sr.top_k = dev_ints(std::vector<int32_t>(R, filt == 1 ? 50 : 0), DType::i32, {R});
     sr.rng_key = dev_ints(std::vector<int64_t>(R, 42), DType::i64, {R});
     sr.rng_pos = dev_ints(std::vector<int64_t>(R, 1), DType::i64, {R});
     SamplingOutputs so;
@@ -386,7 +386,7 @@ int main(int argc, char** argv) {
     so.logprob_processed = tensor_empty(Device::cuda, DType::f32, {R});
     const double ms = time_ms(ctx, [&](int) { cuda::sample_tokens(ctx, so, z, sr, false); }, 10, 5);
     const double bytes = double(R) * V * 4;
-    rows.push_back({std::string("sample_tokens R=64 V=151936 ") + (filt ? "top_p=0.9 top_k=50" : "no filter"),
+    rows.push_back({std::string("sample_tokens R=64 V=151936 ") + (filt == 0 ? "no filter" : filt == 1 ? "top_p=0.9 top_k=50" : "top_p=0.95"),
                     "GB/s (one pass)", ms, bytes / (ms * 1e6), copy_gbs});
   }
 

@@ -896,6 +896,18 @@ struct FiltRow {
   uint32_t kK, kP;   // top-k / top-p keys (their known high digits while the search runs)
   int32_t active, use_k, use_p;
   uint32_t arrived;  // blocks of the current kernel that finished (the last one resets it)
+  uint32_t cand_n;   // ids in the row's candidate list (filt_compact_kernel)
+  int32_t list;      // the list holds every id top-k can keep (set with the first top-k digit)
+};
+
+// Scratch of the filtered path, by value.
+struct FiltBufs {
+  FiltRow* st;                  // (R)
+  unsigned long long* hist;     // (R, chunks, 256): last-digit tie weights per chunk (zero between uses)
+  unsigned long long* rowhist;  // (R, 2, 256): digit histograms of digits 0-2 (double-buffered)
+  unsigned long long* csum;     // (R, chunks): kept mass per chunk
+  uint32_t* cand;               // (R, V): candidate ids (any order)
+  double scale;                 // 2^s of the fixed-point masses
 };
 
 struct FiltShared {
@@ -1052,15 +1064,16 @@ __device__ int64_t walk_chunk(const SplitArgs& a, int64_t r, int c, unsigned lon
 
 // grid (R), 256 threads: row statistics from the part kernel's chunk partials.
 __global__ void __launch_bounds__(kPartThreads) filt_init_kernel(SplitArgs a, const ChunkPart* __restrict__ parts,
-                                                                 FiltRow* __restrict__ st,
-                                                                 unsigned long long* __restrict__ rowhist) {
+                                                                 FiltBufs f) {
   pdl_trigger();
   pdl_wait();
   __shared__ FiltShared sh;
   const int64_t r = blockIdx.x;
-  FiltRow* s = st + r;
-  rowhist[r * 2 * kBins + threadIdx.x] = 0ull;  // both row-histogram buffers
-  rowhist[r * 2 * kBins + kBins + threadIdx.x] = 0ull;
+  FiltRow* s = f.st + r;
+  f.rowhist[r * 2 * kBins + threadIdx.x] = 0ull;  // both row-histogram buffers
+  f.rowhist[r * 2 * kBins + kBins + threadIdx.x] = 0ull;
+  for (int i = threadIdx.x; i < a.n_chunks * kBins; i += kPartThreads) f.hist[r * a.n_chunks * kBins + i] = 0ull;
+  for (int c = threadIdx.x; c < a.n_chunks; c += kPartThreads) f.csum[r * a.n_chunks + c] = 0ull;
   if (!filt_split_row(a, r)) {
     if (threadIdx.x == 0) s->active = 0;
     return;
@@ -1108,18 +1121,43 @@ __global__ void __launch_bounds__(kPartThreads) filt_init_kernel(SplitArgs a, co
   s->use_k = k > 0 && double(k) < nv;
   s->use_p = a.top_p[r] < 1.f;
   s->arrived = 0;
+  s->cand_n = 0;
+  s->list = 0;
   s->active = 1;
 }
 
+// Warp-aggregated add of (w, digit) into the block's histogram: a row's keys crowd into few
+// digits (flat logits: a handful of exponents at digit 0), so one shared-memory add per
+// distinct digit of the warp, not per id. Call from all 32 lanes.
+__device__ __forceinline__ void warp_hist_add(unsigned long long* bins, unsigned long long w, int dg, bool counts) {
+  const int lane = threadIdx.x & 31;
+  unsigned todo = __ballot_sync(0xffffffffu, w > 0);
+  if (todo == 0u) return;
+  if (counts) {
+    const unsigned peers = __match_any_sync(0xffffffffu, w > 0 ? dg : -1);
+    if (w > 0 && lane == __ffs(peers) - 1) atomicAdd(&bins[dg], (unsigned long long)__popc(peers));
+    return;
+  }
+  while (todo) {  // warp-uniform
+    const int src = __ffs(todo) - 1;
+    const int dsrc = __shfl_sync(0xffffffffu, dg, src);
+    const bool mine = w > 0 && dg == dsrc;
+    todo &= ~__ballot_sync(0xffffffffu, mine);
+    unsigned long long x = mine ? w : 0ull;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    if (lane == src) atomicAdd(&bins[dsrc], x);
+  }
+}
+
 // grid (chunks, R), 256 threads: digit stage % 4 of the top-k (stage < 4) or top-p search.
-__global__ void __launch_bounds__(kPartThreads) filt_hist_kernel(SplitArgs a, FiltRow* __restrict__ st,
-                                                                 unsigned long long* __restrict__ hist,
-                                                                 unsigned long long* __restrict__ rowhist, double scale,
-                                                                 int stage) {
+// The first digit of a search reads the whole row (chunk blockIdx.x), except top-p after
+// top-k, and every later digit reads the row's candidate list (blocks stride over it).
+__global__ void __launch_bounds__(kPartThreads) filt_hist_kernel(SplitArgs a, FiltBufs f, int stage, int cpb) {
   pdl_trigger();
   pdl_wait();
   const int64_t r = blockIdx.y;
-  FiltRow* srow = st + r;
+  FiltRow* srow = f.st + r;
   const FiltRow s = *srow;
   const bool pstage = stage >= 4;
   if (!s.active || !(pstage ? s.use_p : s.use_k)) return;
@@ -1129,9 +1167,10 @@ __global__ void __launch_bounds__(kPartThreads) filt_hist_kernel(SplitArgs a, Fi
   const uint32_t prefix = pstage ? s.kP : s.kK;
   const int lo = 24 - 8 * d;  // lowest bit of digit d
   const float temp = a.temperature[r] > 0.f ? a.temperature[r] : 1.f;
-  // Weight of an id in this stage's histogram, and its digit.
-  auto weight = [&](float v, bool banned, int64_t i, int* digit) -> unsigned long long {
-    const float y = proc_val(v, banned, temp);
+  const float* z = a.logits + r * a.V;
+  const double scale = f.scale;
+  // Weight of an id (processed logit y) in this stage's histogram, and its digit.
+  auto weight = [&](float y, int64_t i, int* digit) -> unsigned long long {
     if (y == -INFINITY) return 0ull;
     const uint32_t key = okey(y);
     if (d > 0 && (key >> (lo + 8)) != (prefix >> (lo + 8))) return 0ull;
@@ -1139,67 +1178,66 @@ __global__ void __launch_bounds__(kPartThreads) filt_hist_kernel(SplitArgs a, Fi
     *digit = int((key >> lo) & 255u);
     return pstage ? q_fix(y, s.m, scale) : 1ull;
   };
+  // The block's nonzero bins go into the row's histogram (integer adds at L2: exact whatever
+  // their order); the last digit also adds into per-chunk histograms, whose bin at the found
+  // key orders the ties by chunk.
+  unsigned long long* hrow = f.hist + (r * n) * kBins;
+  unsigned long long* rh = f.rowhist + (r * 2 + (stage & 1)) * kBins;
   sh.bins[tid] = 0ull;
-  const float* z = a.logits + r * a.V;
-  const int64_t cb = int64_t(blockIdx.x) * kPartChunk, i0 = cb + int64_t(tid) * kPer;
-  float v[kPer];
-  load_ids(z, a.V, i0, v);
-  const uint32_t ban = ban_mask(sh.ban, a.banned ? a.banned + r * a.nb : nullptr, a.nb, cb);  // barriers
-  __syncthreads();
-  // Warp-aggregated adds: a row's keys crowd into few digits (flat logits: a handful of
-  // exponents at digit 0), so one add per distinct digit of the warp, not per id.
-  const int lane = tid & 31;
+  if (!(s.list && (d > 0 || pstage))) {  // the whole row: chunks [cpb·x, cpb·x + cpb)
+    const int c_end = min(n, (int(blockIdx.x) + 1) * cpb);
+    for (int c = int(blockIdx.x) * cpb; c < c_end; ++c) {
+      const int64_t cb = int64_t(c) * kPartChunk, i0 = cb + int64_t(tid) * kPer;
+      float v[kPer];
+      load_ids(z, a.V, i0, v);
+      const uint32_t ban = ban_mask(sh.ban, a.banned ? a.banned + r * a.nb : nullptr, a.nb, cb);  // barriers
+      __syncthreads();
 #pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    int dg = 0;
-    const unsigned long long w = weight(v[k], (ban >> k) & 1u, i0 + k, &dg);
-    if (!pstage) {
-      const unsigned peers = __match_any_sync(0xffffffffu, w > 0 ? dg : -1);
-      if (w > 0 && lane == __ffs(peers) - 1) atomicAdd(&sh.bins[dg], (unsigned long long)__popc(peers));
-      continue;
+      for (int k = 0; k < kPer; ++k) {
+        int dg = 0;
+        const unsigned long long w = weight(proc_val(v[k], (ban >> k) & 1u, temp), i0 + k, &dg);
+        warp_hist_add(sh.bins, w, dg, !pstage);
+      }
+      if (d == 3) {  // this chunk's tie histogram, and the row's
+        __syncthreads();
+        if (sh.bins[tid] != 0ull) {
+          atomicAdd(&hrow[int64_t(c) * kBins + tid], sh.bins[tid]);
+          atomicAdd(rh + tid, sh.bins[tid]);
+        }
+        sh.bins[tid] = 0ull;
+      }
     }
-    unsigned todo = __ballot_sync(0xffffffffu, w > 0);
-    while (todo) {  // warp-uniform
-      const int src = __ffs(todo) - 1;
-      const int dsrc = __shfl_sync(0xffffffffu, dg, src);
-      const bool mine = w > 0 && dg == dsrc;
-      todo &= ~__ballot_sync(0xffffffffu, mine);
-      unsigned long long x = mine ? w : 0ull;
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-      if (lane == src) atomicAdd(&sh.bins[dsrc], x);
-    }
-  }
-  __syncthreads();
-  // Digits 0-2: the block's nonzero bins go straight into the row's histogram (integer adds
-  // at L2: exact whatever their order). The last digit keeps per-chunk histograms, whose bin
-  // at the found key orders the ties by chunk.
-  unsigned long long* hrow = hist + (r * n) * kBins;
-  unsigned long long* rh = rowhist + (r * 2 + (stage & 1)) * kBins;
-  if (d < 3) {
-    if (sh.bins[tid] != 0ull) atomicAdd(rh + tid, sh.bins[tid]);
   } else {
-    hrow[int64_t(blockIdx.x) * kBins + tid] = sh.bins[tid];
+    __syncthreads();
+    const uint32_t cn = s.cand_n;
+    const uint32_t* cl = f.cand + r * a.V;
+    for (uint32_t base = blockIdx.x * kPartThreads; base < cn; base += gridDim.x * kPartThreads) {
+      const uint32_t i = base + tid;
+      unsigned long long w = 0;
+      int dg = 0;
+      int64_t id = 0;
+      if (i < cn) {
+        id = cl[i];
+        w = weight(proc_val(z[id], false, temp), id, &dg);
+      }
+      if (d == 3) {
+        if (w > 0) {
+          atomicAdd(&hrow[(id / kPartChunk) * kBins + dg], w);
+          atomicAdd(rh + dg, w);
+        }
+      } else {
+        warp_hist_add(sh.bins, w, dg, !pstage);
+      }
+    }
   }
-  if (!last_block_of_row(srow, n, sh)) return;
+  __syncthreads();
+  if (d < 3 && sh.bins[tid] != 0ull) atomicAdd(rh + tid, sh.bins[tid]);
+  if (!last_block_of_row(srow, int(gridDim.x), sh)) return;
 
   // The row's last block: bin totals, then the digit. It also clears the other row-histogram
   // buffer for the next stage (the previous stage, its last user, has completed).
-  rowhist[(r * 2 + ((stage + 1) & 1)) * kBins + tid] = 0ull;
-  unsigned long long t = 0;
-  if (d < 3) {
-    t = __ldcg(rh + tid);
-  } else {
-    int c0 = 0;
-    for (; c0 + 8 <= n; c0 += 8) {  // eight loads in flight: the row's tail waits on this loop
-      unsigned long long x[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) x[j] = __ldcg(hrow + int64_t(c0 + j) * kBins + tid);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) t += x[j];
-    }
-    for (; c0 < n; ++c0) t += __ldcg(hrow + int64_t(c0) * kBins + tid);
-  }
+  f.rowhist[(r * 2 + ((stage + 1) & 1)) * kBins + tid] = 0ull;
+  const unsigned long long t = __ldcg(rh + tid);
   sh.tot[tid] = t;
   double need = double(a.top_k[r]);
   if (pstage) {
@@ -1231,6 +1269,9 @@ __global__ void __launch_bounds__(kPartThreads) filt_hist_kernel(SplitArgs a, Fi
       if (pstage) { srow->kP = key; srow->target = need; }
       else srow->kK = key;
       srow->above = above;
+      // After the first top-k digit: compact when the ids from the found digit up (counts:
+      // above + this bin) are at most a quarter of the row; else every stage reads the row.
+      if (!pstage && d == 0) srow->list = 4 * (above + sh.tot[b]) <= uint64_t(a.V);
     }
     return;
   }
@@ -1248,6 +1289,7 @@ __global__ void __launch_bounds__(kPartThreads) filt_hist_kernel(SplitArgs a, Fi
         return pstage ? q_fix(y, s.m, scale) : 1ull;
       },
       cond, sh);
+  for (int i = tid; i < n * kBins; i += kPartThreads) hrow[i] = 0ull;  // for the next search
   if (tid == 0) {
     if (pstage) {
       srow->kP = key;
@@ -1261,21 +1303,56 @@ __global__ void __launch_bounds__(kPartThreads) filt_hist_kernel(SplitArgs a, Fi
   }
 }
 
-// grid (chunks, R), 256 threads: kept mass per chunk; the row's last block draws the token.
-__global__ void __launch_bounds__(kPartThreads) filt_sample_kernel(SplitArgs a, FiltRow* __restrict__ st,
-                                                                   unsigned long long* __restrict__ csum,
-                                                                   double scale) {
+// grid (chunks, R), 256 threads: after the first digit of a search read the whole row
+// (stage 0: top-k; stage 4: top-p without top-k), the ids whose first digit is at least the
+// one found — the bucket and every id ranked above it, so every id the filter can keep —
+// go to the row's candidate list (warp-aggregated appends; the list's order is free, every
+// later use of it is an integer sum or a set test).
+__global__ void __launch_bounds__(kPartThreads) filt_compact_kernel(SplitArgs a, FiltBufs f, int after) {
   pdl_trigger();
   pdl_wait();
   const int64_t r = blockIdx.y;
-  FiltRow* srow = st + r;
+  FiltRow* srow = f.st + r;
+  const FiltRow s = *srow;
+  (void)after;
+  if (!s.active || !s.use_k || !s.list) return;
+  __shared__ FiltShared sh;
+  const int tid = threadIdx.x, lane = tid & 31;
+  const uint32_t b0 = s.kK >> 24;
+  const float temp = a.temperature[r] > 0.f ? a.temperature[r] : 1.f;
+  const int64_t cb = int64_t(blockIdx.x) * kPartChunk, i0 = cb + int64_t(tid) * kPer;
+  float v[kPer];
+  load_ids(a.logits + r * a.V, a.V, i0, v);
+  const uint32_t ban = ban_mask(sh.ban, a.banned ? a.banned + r * a.nb : nullptr, a.nb, cb);
+  uint32_t* cl = f.cand + r * a.V;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const float y = proc_val(v[k], (ban >> k) & 1u, temp);
+    const bool keep = y != -INFINITY && (okey(y) >> 24) >= b0;
+    const unsigned m = __ballot_sync(0xffffffffu, keep);
+    if (m == 0u) continue;
+    const int leader = __ffs(m) - 1;
+    uint32_t base = 0;
+    if (lane == leader) base = atomicAdd(&srow->cand_n, uint32_t(__popc(m)));
+    base = __shfl_sync(0xffffffffu, base, leader);
+    if (keep) cl[base + __popc(m & ((1u << lane) - 1u))] = uint32_t(i0 + k);
+  }
+}
+
+// grid (chunks, R), 256 threads: kept mass per chunk (from the candidate list when the row
+// has one, else chunk blockIdx.x of the row); the row's last block draws the token.
+__global__ void __launch_bounds__(kPartThreads) filt_sample_kernel(SplitArgs a, FiltBufs f, int cpb) {
+  pdl_trigger();
+  pdl_wait();
+  const int64_t r = blockIdx.y;
+  FiltRow* srow = f.st + r;
   const FiltRow s = *srow;
   if (!s.active) return;
   __shared__ FiltShared sh;
   const int n = a.n_chunks, tid = threadIdx.x;
   const float temp = a.temperature[r] > 0.f ? a.temperature[r] : 1.f, mp = a.min_p[r];
-  auto kept_w = [&](float v, bool banned, int64_t i) -> unsigned long long {
-    const float y = proc_val(v, banned, temp);
+  const double scale = f.scale;
+  auto kept_y = [&](float y, int64_t i) -> unsigned long long {
     if (y == -INFINITY) return 0ull;
     const uint32_t key = okey(y);
     if (!in_top_k(s, key, i) || !in_top_p(s, key, i)) return 0ull;
@@ -1283,15 +1360,34 @@ __global__ void __launch_bounds__(kPartThreads) filt_sample_kernel(SplitArgs a, 
     if (mp > 0.f && int32_t(i) != s.best && q < mp) return 0ull;
     return __double2ull_rn(double(q) * scale);
   };
+  auto kept_w = [&](float v, bool banned, int64_t i) { return kept_y(proc_val(v, banned, temp), i); };
   const float* z = a.logits + r * a.V;
-  float v[kPer];
-  uint32_t ban;
-  const unsigned long long own = chunk_weights(a, r, int64_t(blockIdx.x) * kPartChunk, kept_w, v, ban, sh);
-  unsigned long long tot;
-  scan256_excl(own, &tot, sh);
-  unsigned long long* crow = csum + r * n;
-  if (tid == 0) crow[blockIdx.x] = tot;
-  if (!last_block_of_row(srow, n, sh)) return;
+  unsigned long long* crow = f.csum + r * n;
+  if (s.list) {  // every kept id is a candidate; per-chunk sums in shared memory first
+    for (int c = tid; c < n; c += kPartThreads) sh.cw[c] = 0ull;
+    __syncthreads();
+    const uint32_t cn = s.cand_n;
+    const uint32_t* cl = f.cand + r * a.V;
+    for (uint32_t i = blockIdx.x * kPartThreads + tid; i < cn; i += gridDim.x * kPartThreads) {
+      const int64_t id = cl[i];
+      const unsigned long long w = kept_y(proc_val(z[id], false, temp), id);
+      if (w > 0) atomicAdd(&sh.cw[id / kPartChunk], w);
+    }
+    __syncthreads();
+    for (int c = tid; c < n; c += kPartThreads)
+      if (sh.cw[c] != 0ull) atomicAdd(crow + c, sh.cw[c]);
+  } else {
+    const int c_end = min(n, (int(blockIdx.x) + 1) * cpb);
+    for (int c = int(blockIdx.x) * cpb; c < c_end; ++c) {
+      float v[kPer];
+      uint32_t ban;
+      const unsigned long long own = chunk_weights(a, r, int64_t(c) * kPartChunk, kept_w, v, ban, sh);
+      unsigned long long tot;
+      scan256_excl(own, &tot, sh);
+      if (tid == 0) crow[c] = tot;
+    }
+  }
+  if (!last_block_of_row(srow, int(gridDim.x), sh)) return;
 
   unsigned long long S_part = 0;
   for (int c = tid; c < n; c += kPartThreads) S_part += __ldcg(crow + c);
@@ -1396,19 +1492,28 @@ void sample_tokens(Context& ctx, SamplingOutputs& out, const Tensor& logits, con
   launch_pdl(ctx, sample_finish_v2_kernel, dim3(unsigned(R)), dim3(kThreads), 0, a,
              static_cast<const ChunkPart*>(parts), split ? 1 : 0);
   if (a.filt_stages == 0) return;
-  FiltRow* st = sa.alloc<FiltRow>(R, "sampler filtered-row state");
-  auto* hist = sa.alloc<unsigned long long>(R * a.n_chunks * kBins, "sampler digit histograms");
-  auto* csum = sa.alloc<unsigned long long>(R * a.n_chunks, "sampler kept-mass partials");
-  auto* rowhist = sa.alloc<unsigned long long>(R * 2 * kBins, "sampler row histograms");
+  FiltBufs f;
+  f.st = sa.alloc<FiltRow>(R, "sampler filtered-row state");
+  f.hist = sa.alloc<unsigned long long>(R * a.n_chunks * kBins, "sampler tie histograms");
+  f.rowhist = sa.alloc<unsigned long long>(R * 2 * kBins, "sampler row histograms");
+  f.csum = sa.alloc<unsigned long long>(R * a.n_chunks, "sampler kept-mass partials");
+  f.cand = sa.alloc<uint32_t>(R * V, "sampler candidate lists");
   int ceil_log2 = 0;
   while ((int64_t(1) << ceil_log2) < V) ++ceil_log2;
-  const double scale = std::ldexp(1.0, 63 - ceil_log2);  // V terms of at most 2^s stay below 2^63
-  const dim3 grid(unsigned(a.n_chunks), unsigned(R));
-  launch_pdl(ctx, filt_init_kernel, dim3(unsigned(R)), dim3(kPartThreads), 0, a,
-             static_cast<const ChunkPart*>(parts), st, rowhist);
-  for (int stage = any_k ? 0 : 4; stage < (any_p ? 8 : 4); ++stage)
-    launch_pdl(ctx, filt_hist_kernel, grid, dim3(kPartThreads), 0, a, st, hist, rowhist, scale, stage);
-  launch_pdl(ctx, filt_sample_kernel, grid, dim3(kPartThreads), 0, a, st, csum, scale);
+  f.scale = std::ldexp(1.0, 63 - ceil_log2);  // V terms of at most 2^s stay below 2^63
+  // Histogram and draw kernels: about one wave of blocks over all rows (four 256-thread blocks
+  // per SM), each taking cpb consecutive chunks of its row or striding over its candidates.
+  static const long per_sm = env_long("GRPO_FILT_BLOCKS_PER_SM", 4, 1, 64);
+  const int64_t per_row = std::max<int64_t>(1, (int64_t(sm_count()) * per_sm + R - 1) / R);
+  const int cpb = int((a.n_chunks + per_row - 1) / per_row);
+  const dim3 grid(unsigned((a.n_chunks + cpb - 1) / cpb), unsigned(R)), chunks(unsigned(a.n_chunks), unsigned(R));
+  const dim3 block(kPartThreads);
+  launch_pdl(ctx, filt_init_kernel, dim3(unsigned(R)), block, 0, a, static_cast<const ChunkPart*>(parts), f);
+  for (int stage = any_k ? 0 : 4; stage < (any_p ? 8 : 4); ++stage) {
+    launch_pdl(ctx, filt_hist_kernel, grid, block, 0, a, f, stage, cpb);
+    if (stage == 0) launch_pdl(ctx, filt_compact_kernel, chunks, block, 0, a, f, stage);
+  }
+  launch_pdl(ctx, filt_sample_kernel, grid, block, 0, a, f, cpb);
 }
 
 }  // namespace grpo::cuda
