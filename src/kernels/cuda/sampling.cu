@@ -866,18 +866,22 @@ __global__ void __launch_bounds__(kThreads) sample_finish_v2_kernel(SplitArgs a,
 // order-preserving key instead, with the masses in fixed point so that every sum is an
 // integer sum (exact, so independent of the order in which blocks and threads add):
 //   init    per row, from the part kernel's chunk statistics: m0, m, best, valid count, lse0
-//   hist    stages 0-3 (top-k) and 4-7 (top-p), grid (chunks, rows): a 256-bin histogram of
-//           digit d among the ids whose higher digits equal the prefix found so far (counts
-//           for top-k; for top-p the masses ⌊q·2^s⌉ of the ids inside the top-k set, q =
-//           exp(y − m) as the one-block path computes it, s = 63 − ⌈log2 V⌉ so no sum
-//           overflows), added per warp and digit in shared memory; digits 0-2 add the block's
-//           nonzero bins into the row's histogram (L2 atomics), the last digit keeps one
-//           histogram per chunk. The row's last block to finish (arrival counter) takes the
-//           largest digit whose suffix weight reaches the target (k, or p·Q with Q the stage-4
-//           total) and after the last digit resolves the ties at the found key in id order:
-//           the first chunk whose tie weight reaches the rest, then a block scan over that
-//           chunk's ids.
-//   sample  grid (chunks, rows): fixed-point kept mass per chunk; the row's last block finds
+//   hist    stages 0-3 (top-k) and 4-7 (top-p): a 256-bin histogram of digit d among the ids
+//           whose higher digits equal the prefix found so far (counts for top-k; for top-p the
+//           masses ⌊q·2^s⌉ of the ids inside the top-k set, q = exp(y − m) as the one-block
+//           path computes it, s = 63 − ⌈log2 V⌉ so no sum overflows), added per warp and digit
+//           in shared memory, then the block's nonzero bins into the row's histogram (L2
+//           atomics); the last digit also keeps one histogram per chunk. About one wave of
+//           blocks: each takes consecutive chunks of its row, or strides over the row's
+//           candidate list. The row's last block to finish (arrival counter) takes the largest
+//           digit whose suffix weight reaches the target (k, or p·Q with Q the stage-4 total)
+//           and after the last digit resolves the ties at the found key in id order: the first
+//           chunk whose tie weight reaches the rest, then a block scan over that chunk's ids.
+//   compact after the first top-k digit, when the ids from the found digit up (the bucket and
+//           every id ranked above it) are at most a quarter of the row, they go to a per-row
+//           candidate list (any order: every later use is an integer sum or a set test), which
+//           the later top-k digits, top-p and the draw read instead of the row.
+//   sample  fixed-point kept mass per chunk (from the list when there is one); the last block finds
 //           the first chunk, then the first id, whose running mass exceeds u·S (ascending ids),
 //           and writes the token and both logprobs (lp = y − m − log S).
 // The kept set and the token are those of kernels/sampling.h except where a comparison falls
