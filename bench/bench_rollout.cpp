@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
   bool graphs = true;
   int max_seqs = 256, max_batched = 8192, graph_ctx = 0, top_k = 0;
   float top_p = 1.f, min_p = 0.f;
-  for (int i = 1; i < argc; ++i) {
+  for (int i = 1; i < argc; ++i) try {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
     if (a == "--preset") preset = next();
@@ -93,6 +93,9 @@ int main(int argc, char** argv) {
                            "[--max-batched N] [--graph-max-context N] [--top-p P] [--top-k K] [--min-p M]\n");
       return 2;
     }
+  } catch (const std::exception&) {  // std::stoi / stod / stof on a value that is not a number
+    std::fprintf(stderr, "bench_rollout: a number is missing or malformed near '%s' (see --help)\n", argv[i]);
+    return 2;
   }
   auto cfg = preset_config(preset);
   if (!cfg.ok()) {
