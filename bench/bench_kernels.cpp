@@ -369,9 +369,9 @@ int main(int argc, char** argv) {
   }
 
   // Sampling.
-  for (int filt = 0; filt < 3; ++filt) {  // none; top-p 0.9 + top-k 50; top-p 0.95
+  for (int filt = 0; filt < 4; ++filt) {  // none; top-p 0.9 + top-k 50; top-p 0.95; the same on peaked logits
     const int64_t R = 64;
-    Tensor z = randt(DType::f32, {R, V}, 15, 3.f);
+    Tensor z = randt(DType::f32, {R, V}, 15, filt == 3 ? 12.f : 3.f);
     SamplingRows sr;
     sr.filter_hint = filt == 0 ? 0 : filt == 1 ? kFilterTopK | kFilterTopP : kFilterTopP;  // as the engine passes it
     sr.temperature = tensor_from_f32(Device::cuda, DType::f32, std::vector<float>(R, 1.f), {R});
@@ -386,7 +386,7 @@ int main(int argc, char** argv) {
     so.logprob_processed = tensor_empty(Device::cuda, DType::f32, {R});
     const double ms = time_ms(ctx, [&](int) { cuda::sample_tokens(ctx, so, z, sr, false); }, 10, 5);
     const double bytes = double(R) * V * 4;
-    rows.push_back({std::string("sample_tokens R=64 V=151936 ") + (filt == 0 ? "no filter" : filt == 1 ? "top_p=0.9 top_k=50" : "top_p=0.95"),
+    rows.push_back({std::string("sample_tokens R=64 V=151936 ") + (filt == 0 ? "no filter" : filt == 1 ? "top_p=0.9 top_k=50" : filt == 2 ? "top_p=0.95" : "top_p=0.95 peaked (x4 logits)"),
                     "GB/s (one pass)", ms, bytes / (ms * 1e6), copy_gbs});
   }
 

@@ -446,6 +446,15 @@ TEST(CudaSampling, FilteredSplitPathMatchesCpu) {
                              (quantised ? " quantised" : ""),
                          c, g, h);
     }
+  // Peaked rows (logits x4): the top-p buckets are small, so top-p without top-k also takes the
+  // candidate list (flat rows above read the whole row at every digit).
+  for (bool quantised : {false, true}) {
+    Case c = make_filtered_case(64, 151936, seed++, quantised);
+    for (float& x : c.z) x *= 4.f;
+    const Result g = run_gpu(c);
+    const Result h = run_cpu(c);
+    expect_matches_cpu(std::string("filtered peaked") + (quantised ? " quantised" : ""), c, g, h);
+  }
 }
 
 // Integer (fixed-point) sums: bitwise repeats and batch independence; the host hint only
@@ -470,6 +479,17 @@ TEST(CudaSampling, FilteredSplitPathRepeatsHintsAndBatch) {
       EXPECT_EQ(std::memcmp(&one.lr[size_t(j)], &g.lr[i], sizeof(float)), 0) << "row " << r + j;
       EXPECT_EQ(std::memcmp(&one.lp[size_t(j)], &g.lp[i], sizeof(float)), 0) << "row " << r + j;
     }
+  }
+  // Peaked rows: top-p without top-k on the candidate list too (filled in a racy order; the
+  // results must not depend on it).
+  Case cp = make_filtered_case(64, 151936, 142, false);
+  for (float& x : cp.z) x *= 4.f;
+  const Result gp = run_gpu(cp);
+  for (int k = 0; k < 2; ++k) EXPECT_TRUE(same_bits(gp, run_gpu(cp))) << "peaked repeat " << k;
+  for (int64_t r : {1, 8, 15}) {  // top-p 0.9 rows
+    const Result one = run_gpu(sub_case(cp, r, 1));
+    EXPECT_EQ(one.tok[0], gp.tok[size_t(r)]) << "peaked row " << r;
+    EXPECT_EQ(std::memcmp(&one.lp[0], &gp.lp[size_t(r)], sizeof(float)), 0) << "peaked row " << r;
   }
   Case b = make_case(2, 300, 141);
   b.temp = {1.f, 1.f};

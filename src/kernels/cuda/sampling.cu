@@ -877,10 +877,11 @@ __global__ void __launch_bounds__(kThreads) sample_finish_v2_kernel(SplitArgs a,
 //           digit whose suffix weight reaches the target (k, or p·Q with Q the stage-4 total)
 //           and after the last digit resolves the ties at the found key in id order: the first
 //           chunk whose tie weight reaches the rest, then a block scan over that chunk's ids.
-//   compact after the first top-k digit, when the ids from the found digit up (the bucket and
-//           every id ranked above it) are at most a quarter of the row, they go to a per-row
-//           candidate list (any order: every later use is an integer sum or a set test), which
-//           the later top-k digits, top-p and the draw read instead of the row.
+//   compact after the first digit of top-k (or of top-p without top-k, which also counts ids
+//           per digit), when the ids from the found digit up (the bucket and every id ranked
+//           above it) are at most a quarter of the row, they go to a per-row candidate list (any
+//           order: every later use is an integer sum or a set test), which the later digits,
+//           top-p after top-k and the draw read instead of the row.
 //   sample  fixed-point kept mass per chunk (from the list when there is one); the last block finds
 //           the first chunk, then the first id, whose running mass exceeds u·S (ascending ids),
 //           and writes the token and both logprobs (lp = y − m − log S).
@@ -901,14 +902,16 @@ struct FiltRow {
   int32_t active, use_k, use_p;
   uint32_t arrived;  // blocks of the current kernel that finished (the last one resets it)
   uint32_t cand_n;   // ids in the row's candidate list (filt_compact_kernel)
-  int32_t list;      // the list holds every id top-k can keep (set with the first top-k digit)
+  int32_t list;      // the list holds every id the filters can keep (set with the first digit of
+                     // top-k, or of top-p without top-k)
 };
 
 // Scratch of the filtered path, by value.
 struct FiltBufs {
   FiltRow* st;                  // (R)
   unsigned long long* hist;     // (R, chunks, 256): last-digit tie weights per chunk (zero between uses)
-  unsigned long long* rowhist;  // (R, 2, 256): digit histograms of digits 0-2 (double-buffered)
+  unsigned long long* rowhist;  // (R, 2, 256): digit histograms (double-buffered by stage)
+  unsigned long long* rowcnt;   // (R, 256): id counts per first top-p digit (without top-k)
   unsigned long long* csum;     // (R, chunks): kept mass per chunk
   uint32_t* cand;               // (R, V): candidate ids (any order)
   double scale;                 // 2^s of the fixed-point masses
@@ -917,6 +920,7 @@ struct FiltBufs {
 struct FiltShared {
   uint32_t ban[kPartThreads];
   unsigned long long bins[kBins];
+  unsigned long long cnt[kBins];
   unsigned long long tot[kBins];
   unsigned long long w8[kPartWarps];
   unsigned long long cw[kMaxParts];
@@ -925,6 +929,7 @@ struct FiltShared {
   double d8[kPartWarps];
   int flag, pick, chunk;
   unsigned long long cum_before;
+  unsigned long long n_from;
   unsigned long long id;
 };
 
@@ -1076,6 +1081,7 @@ __global__ void __launch_bounds__(kPartThreads) filt_init_kernel(SplitArgs a, co
   FiltRow* s = f.st + r;
   f.rowhist[r * 2 * kBins + threadIdx.x] = 0ull;  // both row-histogram buffers
   f.rowhist[r * 2 * kBins + kBins + threadIdx.x] = 0ull;
+  f.rowcnt[r * kBins + threadIdx.x] = 0ull;
   for (int i = threadIdx.x; i < a.n_chunks * kBins; i += kPartThreads) f.hist[r * a.n_chunks * kBins + i] = 0ull;
   for (int c = threadIdx.x; c < a.n_chunks; c += kPartThreads) f.csum[r * a.n_chunks + c] = 0ull;
   if (!filt_split_row(a, r)) {
@@ -1187,7 +1193,10 @@ __global__ void __launch_bounds__(kPartThreads) filt_hist_kernel(SplitArgs a, Fi
   // key orders the ties by chunk.
   unsigned long long* hrow = f.hist + (r * n) * kBins;
   unsigned long long* rh = f.rowhist + (r * 2 + (stage & 1)) * kBins;
+  // The first top-p digit without top-k also counts ids per digit, for the list decision.
+  const bool count_p = pstage && d == 0 && !s.use_k;
   sh.bins[tid] = 0ull;
+  sh.cnt[tid] = 0ull;
   if (!(s.list && (d > 0 || pstage))) {  // the whole row: chunks [cpb·x, cpb·x + cpb)
     const int c_end = min(n, (int(blockIdx.x) + 1) * cpb);
     for (int c = int(blockIdx.x) * cpb; c < c_end; ++c) {
@@ -1201,6 +1210,7 @@ __global__ void __launch_bounds__(kPartThreads) filt_hist_kernel(SplitArgs a, Fi
         int dg = 0;
         const unsigned long long w = weight(proc_val(v[k], (ban >> k) & 1u, temp), i0 + k, &dg);
         warp_hist_add(sh.bins, w, dg, !pstage);
+        if (count_p) warp_hist_add(sh.cnt, w > 0 ? 1ull : 0ull, dg, true);
       }
       if (d == 3) {  // this chunk's tie histogram, and the row's
         __syncthreads();
@@ -1236,6 +1246,7 @@ __global__ void __launch_bounds__(kPartThreads) filt_hist_kernel(SplitArgs a, Fi
   }
   __syncthreads();
   if (d < 3 && sh.bins[tid] != 0ull) atomicAdd(rh + tid, sh.bins[tid]);
+  if (count_p && sh.cnt[tid] != 0ull) atomicAdd(f.rowcnt + r * kBins + tid, sh.cnt[tid]);
   if (!last_block_of_row(srow, int(gridDim.x), sh)) return;
 
   // The row's last block: bin totals, then the digit. It also clears the other row-histogram
@@ -1266,16 +1277,27 @@ __global__ void __launch_bounds__(kPartThreads) filt_hist_kernel(SplitArgs a, Fi
   const uint32_t key = prefix | (uint32_t(b) << lo);
   unsigned long long above = 0;
   if (tid == j) sh.cum_before = s.above + suf - x;
+  // Ids from the found first digit up: counts of the top-k search, the count histogram of
+  // the top-p search without top-k.
+  unsigned long long n_from = 0;
+  if (count_p) {
+    const unsigned long long xc = __ldcg(f.rowcnt + r * kBins + kBins - 1 - tid);
+    unsigned long long allc;
+    const unsigned long long sufc = scan256_excl(xc, &allc, sh) + xc;
+    if (tid == j) sh.n_from = sufc;
+  }
   __syncthreads();
   above = sh.cum_before;
+  if (count_p) n_from = sh.n_from;
   if (d < 3) {
     if (tid == 0) {
       if (pstage) { srow->kP = key; srow->target = need; }
       else srow->kK = key;
       srow->above = above;
-      // After the first top-k digit: compact when the ids from the found digit up (counts:
-      // above + this bin) are at most a quarter of the row; else every stage reads the row.
+      // After the first digit of top-k (or of top-p without top-k): compact when the ids from
+      // the found digit up are at most a quarter of the row; else every stage reads the row.
       if (!pstage && d == 0) srow->list = 4 * (above + sh.tot[b]) <= uint64_t(a.V);
+      if (count_p) srow->list = 4 * n_from <= uint64_t(a.V);
     }
     return;
   }
@@ -1318,11 +1340,11 @@ __global__ void __launch_bounds__(kPartThreads) filt_compact_kernel(SplitArgs a,
   const int64_t r = blockIdx.y;
   FiltRow* srow = f.st + r;
   const FiltRow s = *srow;
-  (void)after;
-  if (!s.active || !s.use_k || !s.list) return;
+  const bool p = after >= 4;  // top-p without top-k (after stage 4), else top-k (after stage 0)
+  if (!s.active || !s.list || (p ? (!s.use_p || s.use_k) : !s.use_k)) return;
   __shared__ FiltShared sh;
   const int tid = threadIdx.x, lane = tid & 31;
-  const uint32_t b0 = s.kK >> 24;
+  const uint32_t b0 = (p ? s.kP : s.kK) >> 24;
   const float temp = a.temperature[r] > 0.f ? a.temperature[r] : 1.f;
   const int64_t cb = int64_t(blockIdx.x) * kPartChunk, i0 = cb + int64_t(tid) * kPer;
   float v[kPer];
@@ -1500,6 +1522,7 @@ void sample_tokens(Context& ctx, SamplingOutputs& out, const Tensor& logits, con
   f.st = sa.alloc<FiltRow>(R, "sampler filtered-row state");
   f.hist = sa.alloc<unsigned long long>(R * a.n_chunks * kBins, "sampler tie histograms");
   f.rowhist = sa.alloc<unsigned long long>(R * 2 * kBins, "sampler row histograms");
+  f.rowcnt = sa.alloc<unsigned long long>(R * kBins, "sampler row id counts");
   f.csum = sa.alloc<unsigned long long>(R * a.n_chunks, "sampler kept-mass partials");
   f.cand = sa.alloc<uint32_t>(R * V, "sampler candidate lists");
   int ceil_log2 = 0;
@@ -1515,7 +1538,7 @@ void sample_tokens(Context& ctx, SamplingOutputs& out, const Tensor& logits, con
   launch_pdl(ctx, filt_init_kernel, dim3(unsigned(R)), block, 0, a, static_cast<const ChunkPart*>(parts), f);
   for (int stage = any_k ? 0 : 4; stage < (any_p ? 8 : 4); ++stage) {
     launch_pdl(ctx, filt_hist_kernel, grid, block, 0, a, f, stage, cpb);
-    if (stage == 0) launch_pdl(ctx, filt_compact_kernel, chunks, block, 0, a, f, stage);
+    if (stage == 0 || stage == 4) launch_pdl(ctx, filt_compact_kernel, chunks, block, 0, a, f, stage);
   }
   launch_pdl(ctx, filt_sample_kernel, grid, block, 0, a, f, cpb);
 }
