@@ -3,6 +3,8 @@
 // cache writes accept caches of the activations' dtype or f8e4m3 (validate.h).
 #include "kernels/rope.h"
 
+#include <string>
+
 #include "kernels/dispatch.h"
 #include "kernels/validate.h"
 
@@ -18,6 +20,23 @@ void rope_check(Context& ctx, const Tensor& x, const Tensor& positions, const Te
   GRPO_CHECK_NUMEL(positions, x.shape[0]);
   GRPO_CHECK_MSG(cos.ndim == 2 && cos.shape[1] == x.shape[2] / 2, "rope: cos must be (P, D/2)");
   GRPO_CHECK_MSG(sin.ndim == 2 && sin.shape[0] == cos.shape[0] && sin.shape[1] == cos.shape[1], "rope: sin shape");
+}
+
+// The fused writes from the q/k/v projection rows: q (T,Hq,D), qkv (T,(Hq+2·Hkv)·D), the caches
+// and the slot mapping (messages name the op).
+void qkv_cache_write_check(Context& ctx, const char* op, const Tensor& q, const Tensor& qkv, const Tensor& positions,
+                           const Tensor& cos, const Tensor& sin, const Tensor& k_cache, const Tensor& v_cache,
+                           const PagedAttnMeta& meta) {
+  rope_check(ctx, q, positions, cos, sin);
+  GRPO_CHECK_ACT(ctx, qkv);
+  GRPO_CHECK_KV_CACHE(ctx, op, k_cache, v_cache, q.dtype);
+  GRPO_CHECK_MSG(k_cache.ndim == 4 && k_cache.shape[3] == q.shape[2] && v_cache.numel() == k_cache.numel(),
+                 (std::string(op) + ": caches must be (n_blocks, block_size, Hkv, D)").c_str());
+  GRPO_CHECK_MSG(qkv.ndim == 2 && qkv.shape[0] == q.shape[0] && qkv.dtype == q.dtype &&
+                     qkv.shape[1] == (q.shape[1] + 2 * k_cache.shape[2]) * q.shape[2],
+                 (std::string(op) + ": qkv must be (T, (Hq + 2·Hkv)·D) of q's dtype").c_str());
+  GRPO_CHECK_I32(ctx, meta.slot_mapping);
+  GRPO_CHECK_NUMEL(meta.slot_mapping, q.shape[0]);
 }
 }  // namespace
 
@@ -51,16 +70,7 @@ void rope_qk_cache_write(Context& ctx, Tensor& q, Tensor& k, const Tensor& v, co
 
 void rope_qkv_cache_write(Context& ctx, Tensor& q, const Tensor& qkv, const Tensor& positions, const Tensor& cos,
                           const Tensor& sin, Tensor& k_cache, Tensor& v_cache, const PagedAttnMeta& meta) {
-  rope_check(ctx, q, positions, cos, sin);
-  GRPO_CHECK_ACT(ctx, qkv);
-  GRPO_CHECK_KV_CACHE(ctx, "rope_qkv_cache_write", k_cache, v_cache, q.dtype);
-  GRPO_CHECK_MSG(k_cache.ndim == 4 && k_cache.shape[3] == q.shape[2] && v_cache.numel() == k_cache.numel(),
-                 "rope_qkv_cache_write: caches must be (n_blocks, block_size, Hkv, D)");
-  GRPO_CHECK_MSG(qkv.ndim == 2 && qkv.shape[0] == q.shape[0] && qkv.dtype == q.dtype &&
-                     qkv.shape[1] == (q.shape[1] + 2 * k_cache.shape[2]) * q.shape[2],
-                 "rope_qkv_cache_write: qkv must be (T, (Hq + 2·Hkv)·D) of q's dtype");
-  GRPO_CHECK_I32(ctx, meta.slot_mapping);
-  GRPO_CHECK_NUMEL(meta.slot_mapping, q.shape[0]);
+  qkv_cache_write_check(ctx, "rope_qkv_cache_write", q, qkv, positions, cos, sin, k_cache, v_cache, meta);
   GRPO_DISPATCH(ctx, rope_qkv_cache_write, ctx, q, qkv, positions, cos, sin, k_cache, v_cache, meta);
 }
 
@@ -72,16 +82,7 @@ void qk_norm_rope_cache_write(Context& ctx, Tensor& q, const Tensor& qkv, const 
   GRPO_CHECK_MSG(q_norm.numel() == q.shape[2] && k_norm.numel() == q.shape[2] && q_norm.dtype == q.dtype &&
                      k_norm.dtype == q.dtype,
                  "qk_norm_rope_cache_write: q_norm and k_norm must be (D) of q's dtype");
-  rope_check(ctx, q, positions, cos, sin);
-  GRPO_CHECK_ACT(ctx, qkv);
-  GRPO_CHECK_KV_CACHE(ctx, "qk_norm_rope_cache_write", k_cache, v_cache, q.dtype);
-  GRPO_CHECK_MSG(k_cache.ndim == 4 && k_cache.shape[3] == q.shape[2] && v_cache.numel() == k_cache.numel(),
-                 "qk_norm_rope_cache_write: caches must be (n_blocks, block_size, Hkv, D)");
-  GRPO_CHECK_MSG(qkv.ndim == 2 && qkv.shape[0] == q.shape[0] && qkv.dtype == q.dtype &&
-                     qkv.shape[1] == (q.shape[1] + 2 * k_cache.shape[2]) * q.shape[2],
-                 "qk_norm_rope_cache_write: qkv must be (T, (Hq + 2·Hkv)·D) of q's dtype");
-  GRPO_CHECK_I32(ctx, meta.slot_mapping);
-  GRPO_CHECK_NUMEL(meta.slot_mapping, q.shape[0]);
+  qkv_cache_write_check(ctx, "qk_norm_rope_cache_write", q, qkv, positions, cos, sin, k_cache, v_cache, meta);
   GRPO_DISPATCH(ctx, qk_norm_rope_cache_write, ctx, q, qkv, q_norm, k_norm, eps, positions, cos, sin, k_cache,
                 v_cache, meta);
 }

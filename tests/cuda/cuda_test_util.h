@@ -86,13 +86,23 @@ inline std::vector<float> fetch(const Tensor& t) {
   gpu_ctx().synchronize();
   return tensor_to_f32(t);
 }
-inline std::vector<int32_t> fetch_i32(const Tensor& t) {
+// Waits for the stream, then copies the elements of t as they are stored (host type T of t's dtype).
+template <class T>
+std::vector<T> fetch_raw(const Tensor& t) {
   gpu_ctx().synchronize();
-  std::vector<int32_t> v(static_cast<size_t>(t.numel()));
-  Tensor h = tensor_borrow(v.data(), DType::i32, Device::cpu, {t.numel()});
+  std::vector<T> v(static_cast<size_t>(t.numel()));
+  Tensor h = tensor_borrow(v.data(), t.dtype, Device::cpu, {t.numel()});
   Tensor s = t.view({t.numel()});
   tensor_copy(h, s);
   return v;
+}
+inline std::vector<int32_t> fetch_i32(const Tensor& t) { return fetch_raw<int32_t>(t); }
+// A device tensor of E4M3 codes (one byte each).
+inline Tensor dev_fp8(const std::vector<uint8_t>& b, const std::vector<int64_t>& shape) {
+  Tensor t = tensor_empty(Device::cuda, DType::f8e4m3, shape);
+  Tensor h = tensor_borrow(const_cast<uint8_t*>(b.data()), DType::f8e4m3, Device::cpu, shape);
+  tensor_copy(t, h);
+  return t;
 }
 
 struct Tol {

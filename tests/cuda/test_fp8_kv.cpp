@@ -36,20 +36,7 @@ namespace {
 
 // ---- bytes ----
 
-Tensor dev_fp8(const std::vector<uint8_t>& b, const std::vector<int64_t>& shape) {
-  Tensor t = tensor_empty(Device::cuda, DType::f8e4m3, shape);
-  Tensor h = tensor_borrow(const_cast<uint8_t*>(b.data()), DType::f8e4m3, Device::cpu, shape);
-  tensor_copy(t, h);
-  return t;
-}
-std::vector<uint8_t> fetch_fp8(const Tensor& t) {
-  gpu_ctx().synchronize();
-  std::vector<uint8_t> b(static_cast<size_t>(t.numel()));
-  Tensor h = tensor_borrow(b.data(), DType::f8e4m3, Device::cpu, {t.numel()});
-  Tensor s = t.view({t.numel()});
-  tensor_copy(h, s);
-  return b;
-}
+std::vector<uint8_t> fetch_fp8(const Tensor& t) { return fetch_raw<uint8_t>(t); }
 std::vector<uint8_t> to_e4m3(const std::vector<float>& v) {
   std::vector<uint8_t> b(v.size());
   for (size_t i = 0; i < v.size(); ++i) b[i] = f32_to_f8e4m3(v[i]);

@@ -50,22 +50,8 @@ Fp8Values fp8_values(size_t n, uint32_t seed, bool wild) {
   return f;
 }
 
-Tensor dev_fp8(std::vector<uint8_t>& b, const std::vector<int64_t>& shape) {
-  Tensor t = tensor_empty(Device::cuda, DType::f8e4m3, shape);
-  Tensor h = tensor_borrow(b.data(), DType::f8e4m3, Device::cpu, shape);
-  tensor_copy(t, h);
-  return t;
-}
-
 // The raw bf16 bits of a device tensor.
-std::vector<uint16_t> fetch_bits(const Tensor& t) {
-  gpu_ctx().synchronize();
-  std::vector<uint16_t> v(static_cast<size_t>(t.numel()));
-  Tensor h = tensor_borrow(v.data(), DType::bf16, Device::cpu, {t.numel()});
-  Tensor s = t.view({t.numel()});
-  tensor_copy(h, s);
-  return v;
-}
+std::vector<uint16_t> fetch_bits(const Tensor& t) { return fetch_raw<uint16_t>(t); }
 
 ::testing::AssertionResult same_bits(const std::string& name, const Tensor& got, const Tensor& ref) {
   const auto g = fetch_bits(got), r = fetch_bits(ref);

@@ -988,14 +988,14 @@ __device__ __forceinline__ bool in_top_p(const FiltRow& s, uint32_t key, int64_t
   return !s.use_p || key > s.kP || (key == s.kP && i <= s.idP);
 }
 
-// The row's last block of a (chunks, rows) grid gets true (after every block's writes are
-// visible to it) and resets the counter for the next kernel.
-__device__ __forceinline__ bool last_block_of_row(FiltRow* s, int n_chunks, FiltShared& sh) {
+// The row's last block of a (blocks per row, rows) grid gets true (after every block's writes
+// are visible to it) and resets the counter for the next kernel.
+__device__ __forceinline__ bool last_block_of_row(FiltRow* s, int n_blocks, FiltShared& sh) {
   __syncthreads();  // the block's writes happen before thread 0's fence (fences are cumulative)
   if (threadIdx.x == 0) {
     __threadfence();
     const unsigned prev = atomicAdd(&s->arrived, 1u);
-    sh.flag = prev == unsigned(n_chunks - 1);
+    sh.flag = prev == unsigned(n_blocks - 1);
     if (sh.flag) s->arrived = 0u;
   }
   __syncthreads();
@@ -1275,7 +1275,6 @@ __global__ void __launch_bounds__(kPartThreads) filt_hist_kernel(SplitArgs a, Fi
   const int j = sh.pick;
   const int b = kBins - 1 - j;
   const uint32_t key = prefix | (uint32_t(b) << lo);
-  unsigned long long above = 0;
   if (tid == j) sh.cum_before = s.above + suf - x;
   // Ids from the found first digit up: counts of the top-k search, the count histogram of
   // the top-p search without top-k.
@@ -1287,7 +1286,7 @@ __global__ void __launch_bounds__(kPartThreads) filt_hist_kernel(SplitArgs a, Fi
     if (tid == j) sh.n_from = sufc;
   }
   __syncthreads();
-  above = sh.cum_before;
+  const unsigned long long above = sh.cum_before;
   if (count_p) n_from = sh.n_from;
   if (d < 3) {
     if (tid == 0) {
