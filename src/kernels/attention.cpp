@@ -19,6 +19,7 @@ void varlen_check(Context& ctx, const Tensor& q, const Tensor& k, const Tensor& 
                      v.shape[1] == k.shape[1] && v.shape[2] == k.shape[2],
                  "attention: q (T,Hq,D), k, v (T,Hkv,D)");
   GRPO_CHECK_MSG(k.shape[1] > 0 && q.shape[1] % k.shape[1] == 0, "attention: Hq must be a multiple of Hkv");
+  GRPO_CHECK_MSG(meta.window >= 0, "attention: window must be >= 0 (0: full causal)");
   GRPO_CHECK_MSG(meta.cu_seqlens.size() >= 2 && meta.cu_seqlens.front() == 0 && meta.cu_seqlens.back() == q.shape[0],
                  "attention: cu_seqlens must run from 0 to T");
   for (size_t i = 0; i + 1 < meta.cu_seqlens.size(); ++i)
@@ -45,6 +46,7 @@ void paged_check(Context& ctx, const char* op, const Tensor& k_cache, const Tens
   GRPO_CHECK_NUMEL(meta.token_pos, T);
   GRPO_CHECK_NUMEL(meta.slot_mapping, T);
   GRPO_CHECK_MSG(meta.block_table.ndim == 2, "paged attention: block_table must be (S, max_blocks)");
+  GRPO_CHECK_MSG(meta.window >= 0, "paged attention: window must be >= 0 (0: full causal)");
 }
 }  // namespace
 

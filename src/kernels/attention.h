@@ -9,6 +9,10 @@
 //   over 64-row query tiles (bf16, head dim 64/128) instead of a per-token
 //   kernel (tensor-core for bf16 GQA groups of 4..16, CUDA cores otherwise);
 //   the CPU backend ignores it.
+// Both forms take an optional sliding window W (`window` > 0): a query at position p
+// then attends only keys at positions p-W+1..p (transformers' sliding_window mask,
+// kv_idx > q_idx - W). window = 0 is plain causal attention. The window is a property
+// of the layer, so the model sets it on a copy of the step's metadata per layer.
 #pragma once
 #include <vector>
 
@@ -20,6 +24,7 @@ struct AttnVarlen {
   std::vector<int32_t> cu_seqlens;  // (S+1) on the host: sequence s spans tokens [cu[s], cu[s+1])
   Tensor cu_seqlens_dev;            // (S+1) i32 on ctx.device() (same values)
   int max_seqlen = 0;
+  int window = 0;                   // sliding window W (0: full causal)
 };
 
 struct PagedAttnMeta {
@@ -29,6 +34,7 @@ struct PagedAttnMeta {
   Tensor slot_mapping; // (T) i32: block·block_size + offset where the token's k/v are written
   int block_size = 16;
   int max_context = 0; // max over tokens of token_pos + 1 (for kernel sizing)
+  int window = 0;      // sliding window W (0: full causal)
   // Optional query tiles for the tensor-core prefill kernel (CUDA, bf16, head dim 64/128).
   // Tile i = (row0, n_rows, seq, pos0): rows row0 .. row0+n_rows-1 of q/out (1 <= n_rows
   // <= 64) are consecutive tokens of one sequence (row `seq` of block_table) at positions

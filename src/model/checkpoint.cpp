@@ -76,10 +76,6 @@ Result<ModelWeights> model_load(const std::string& dir, Device dev, DType dt, Co
   if (dev != Device::cpu && !cuda_available())
     return error_status("model_load: a CUDA device was requested but this build or machine has none");
   GRPO_ASSIGN_OR_RETURN(ModelConfig cfg, model_config_load(dir + "/config.json"));
-  if (cfg.sliding_window > 0)
-    GRPO_LOG_WARN("%s: config.json sets sliding_window=%d, which attention does not apply yet; outputs for "
-                  "sequences longer than the window will differ from transformers",
-                  dir.c_str(), cfg.sliding_window);
   GRPO_ASSIGN_OR_RETURN(SafetensorsCheckpoint ck, SafetensorsCheckpoint::open(dir));
   const std::vector<HfTensorSpec> specs = arch_tensors(cfg);
   const std::string mismatch = ": the checkpoint in " + dir + " does not match its config.json (model_type " +

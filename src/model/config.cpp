@@ -4,6 +4,7 @@
 // and rope_scaling into "rope_parameters"; both spellings are read.
 #include "model/config.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -98,6 +99,62 @@ double float_nice(float f) {
   return std::strtod(buf, nullptr);
 }
 
+
+// Per-layer windows following the transformers config classes: MistralConfig
+// (sliding_window default 4096, every layer; layer_types not read), Qwen2Config /
+// Qwen3Config (sliding_window default 4096, kept only with use_sliding_window;
+// layer_types, else "sliding_attention" for layers >= max_window_layers, default 28).
+// LlamaConfig has no window. Needs n_layers and max_position_embeddings parsed.
+Status parse_sliding_window(const json& j, ModelConfig* c) {
+  c->sliding_window = 0;
+  c->layer_window.clear();
+  if (c->arch == Arch::llama) return ok_status();
+  int sw = 4096;
+  bool have_sw = true;
+  if (auto it = j.find("sliding_window"); it != j.end() && it->is_null()) have_sw = false;
+  else GRPO_TRY(get_int(j, "sliding_window", &sw, false));
+  if (have_sw && sw <= 0)
+    return error_status("field \"sliding_window\" must be positive or null, got " + std::to_string(sw));
+  std::vector<bool> sliding(size_t(std::max(c->n_layers, 0)), false);
+  if (c->arch == Arch::mistral) {
+    std::fill(sliding.begin(), sliding.end(), have_sw);
+  } else {
+    bool use_sw = false;
+    GRPO_TRY(get_bool(j, "use_sliding_window", &use_sw));
+    if (!use_sw) have_sw = false;
+    auto lt = j.find("layer_types");
+    if (lt != j.end() && !lt->is_null()) {
+      if (!lt->is_array() || int(lt->size()) != c->n_layers)
+        return error_status("field \"layer_types\" must be a list of num_hidden_layers (" +
+                            std::to_string(c->n_layers) + ") strings, got " + lt->dump());
+      for (int l = 0; l < c->n_layers; ++l) {
+        const json& e = (*lt)[size_t(l)];
+        if (e == "sliding_attention") sliding[size_t(l)] = true;
+        else if (e != "full_attention")
+          return error_status("layer_types[" + std::to_string(l) + "] = " + e.dump() +
+                              " is not supported (supported: \"full_attention\", \"sliding_attention\")");
+      }
+      for (int l = 0; l < c->n_layers; ++l)
+        if (sliding[size_t(l)] && !have_sw)
+          return error_status("layer_types[" + std::to_string(l) +
+                              "] is \"sliding_attention\" but the config has no window (use_sliding_window is false "
+                              "or sliding_window is null); set both, or mark the layer \"full_attention\"");
+    } else if (have_sw) {
+      int max_window_layers = 28;
+      GRPO_TRY(get_int(j, "max_window_layers", &max_window_layers, false));
+      for (int l = 0; l < c->n_layers; ++l) sliding[size_t(l)] = l >= max_window_layers;
+    }
+  }
+  // Positions stay below max_position_embeddings, so a window that long masks nothing.
+  if (!have_sw || sw >= c->max_position_embeddings) return ok_status();
+  bool any = false;
+  for (bool b : sliding) any = any || b;
+  if (!any) return ok_status();
+  c->sliding_window = sw;
+  for (bool b : sliding) c->layer_window.push_back(b ? sw : 0);
+  return ok_status();
+}
+
 }  // namespace
 
 Result<ModelConfig> model_config_from_json(const json& j) {
@@ -153,14 +210,7 @@ Result<ModelConfig> model_config_from_json(const json& j) {
   GRPO_TRY(get_bool(j, "mlp_bias", &mlp_bias));
   if (mlp_bias) return error_status("mlp_bias=true is not supported");
 
-  // Sliding window: mistral applies it whenever set; qwen2/qwen3 only with use_sliding_window.
-  bool use_sw = c.arch == Arch::mistral;
-  if (c.arch != Arch::mistral && c.arch != Arch::llama) GRPO_TRY(get_bool(j, "use_sliding_window", &use_sw));
-  if (use_sw) {
-    int sw = 0;
-    GRPO_TRY(get_int(j, "sliding_window", &sw, false));
-    if (sw > 0 && sw < c.max_position_embeddings) c.sliding_window = sw;
-  }
+  GRPO_TRY(parse_sliding_window(j, &c));
 
   GRPO_TRY(get_int(j, "bos_token_id", &c.bos_token_id, false));
   if (auto it = j.find("eos_token_id"); it != j.end() && !it->is_null()) {
@@ -204,6 +254,9 @@ Status ModelConfig::validate() const {
   if (!(rope_theta > 0)) return error_status("field \"rope_theta\" must be positive");
   if (rope_scaling.type == "llama3" && !(rope_scaling.high_freq_factor > rope_scaling.low_freq_factor))
     return error_status("rope_scaling: high_freq_factor must exceed low_freq_factor");
+  if (!layer_window.empty() && int(layer_window.size()) != n_layers)
+    return error_status("sliding window: " + std::to_string(layer_window.size()) + " layer windows for " +
+                        std::to_string(n_layers) + " layers");
   for (int e : eos_token_ids)
     if (e < 0 || e >= vocab_size) return error_status("eos_token_id " + std::to_string(e) + " is outside the vocabulary");
   return ok_status();

@@ -37,10 +37,15 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false;     // q/k/v bias (qwen2 always)
   bool qk_norm = false;            // per-head RMSNorm on q and k (qwen3)
-  // Sliding-window attention width from config.json (mistral; qwen2/3 with
-  // use_sliding_window). 0 = none. Recorded only: attention does NOT apply it
-  // yet, so model_load warns when it is set (outputs differ beyond the window).
+  // Sliding-window attention, as transformers applies it (masking_utils): a query
+  // at position p attends keys k with p - W < k <= p. sliding_window is W for the
+  // layers that use it (0 = no layer does); layer_window[l] is W or 0 (full causal)
+  // for layer l. Mistral windows every layer; Qwen2/Qwen3 window the layers that
+  // layer_types marks "sliding_attention" (by default the layers >= max_window_layers
+  // when use_sliding_window is true); Llama never windows. A window no smaller than
+  // max_position_embeddings changes nothing and is stored as 0.
   int sliding_window = 0;
+  std::vector<int> layer_window;   // (L) when sliding_window > 0, else empty
   float initializer_range = 0.02f; // std of the normal init (presets)
   RopeScaling rope_scaling;
   int bos_token_id = -1;
@@ -51,6 +56,7 @@ struct ModelConfig {
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
   int qkv_dim() const { return (n_heads + 2 * n_kv_heads) * head_dim; }
+  int attn_window(int layer) const { return layer_window.empty() ? 0 : layer_window[size_t(layer)]; }
   int64_t n_params() const;        // parameters stored (tied embeddings counted once)
   Status validate() const;
 };

@@ -151,7 +151,14 @@ Result<TrainBatch> train_batch_build(Context& ctx, const std::vector<std::vector
 
 namespace {
 
-void layer_forward(Context& ctx, const ModelConfig& c, const LayerWeights& L, const RopeTable& rope,
+// The batch's attention metadata with layer l's sliding window.
+AttnVarlen layer_attn(const ModelConfig& c, const TrainBatch& b, int l) {
+  AttnVarlen m = b.attn;
+  m.window = c.attn_window(l);
+  return m;
+}
+
+void layer_forward(Context& ctx, const ModelConfig& c, int l, const LayerWeights& L, const RopeTable& rope,
                    const TrainBatch& b, const Tensor& x_in, LayerActs& a, Tensor& qkv, Tensor& x_out) {
   const int64_t T = b.n_tokens, D = c.head_dim, Hq = c.n_heads, Hk = c.n_kv_heads;
   const float eps = c.rms_norm_eps;
@@ -167,7 +174,7 @@ void layer_forward(Context& ctx, const ModelConfig& c, const LayerWeights& L, co
   }
   rope_forward(ctx, a.q, b.positions, rope.cos, rope.sin);
   rope_forward(ctx, a.k, b.positions, rope.cos, rope.sin);
-  attention_forward(ctx, a.attn, &a.lse, a.q, a.k, a.v, b.attn);
+  attention_forward(ctx, a.attn, &a.lse, a.q, a.k, a.v, layer_attn(c, b, l));
   linear_forward(ctx, a.x_mid, a.attn.view({T, Hq * D}), L.wo, nullptr, false);
   add_inplace(ctx, a.x_mid, x_in);
   rmsnorm_forward(ctx, a.xn2, &a.rstd2, a.x_mid, L.mlp_norm, eps);
@@ -178,7 +185,7 @@ void layer_forward(Context& ctx, const ModelConfig& c, const LayerWeights& L, co
 }
 
 // dx: gradient w.r.t. the layer output on entry, w.r.t. its input on return.
-void layer_backward(Context& ctx, TrainState& st, const ModelConfig& c, const LayerWeights& L, LayerWeights& G,
+void layer_backward(Context& ctx, TrainState& st, const ModelConfig& c, int l, const LayerWeights& L, LayerWeights& G,
                     const RopeTable& rope, const TrainBatch& b, const Tensor& x_in, const LayerActs& a, Tensor& dx) {
   const Device dev = ctx.device();
   const DType dt = dx.dtype;
@@ -196,7 +203,8 @@ void layer_backward(Context& ctx, TrainState& st, const ModelConfig& c, const La
   Tensor dattn = st.dattn.get(dev, dt, {T, Hq * D});
   Tensor dq = st.dq.get(dev, dt, {T, Hq, D}), dk = st.dk.get(dev, dt, {T, Hk, D}), dv = st.dv.get(dev, dt, {T, Hk, D});
   linear_backward(ctx, &dattn, &G.wo, nullptr, dx, a.attn.view({T, Hq * D}), L.wo, false);
-  attention_backward(ctx, dq, dk, dv, dattn.view({T, Hq, D}), a.q, a.k, a.v, a.attn, a.lse, b.attn);
+  attention_backward(ctx, dq, dk, dv, dattn.view({T, Hq, D}), a.q, a.k, a.v, a.attn, a.lse,
+                     layer_attn(c, b, l));
   rope_backward(ctx, dq, b.positions, rope.cos, rope.sin);
   rope_backward(ctx, dk, b.positions, rope.cos, rope.sin);
   Tensor dqkv = st.dqkv.get(dev, dt, {T, int64_t(c.qkv_dim())});
@@ -244,7 +252,7 @@ void train_model_forward(Context& ctx, TrainModel& m, const ModelWeights& w, con
   auto x_of = [&](int l) -> Tensor& { return keep_for_backward ? st.x[size_t(l)] : st.x[size_t(l % 2)]; };
   embedding_forward(ctx, x_of(0), b.tokens, w.embed);
   for (int l = 0; l < Ln; ++l)
-    layer_forward(ctx, c, w.layers[size_t(l)], st.rope, b, x_of(l), st.acts[store_all ? size_t(l) : 0], qkv,
+    layer_forward(ctx, c, l, w.layers[size_t(l)], st.rope, b, x_of(l), st.acts[store_all ? size_t(l) : 0], qkv,
                   x_of(l + 1));
   st.xf_t = st.xf.get(dev, dt, {T, C});
   st.rstd_f_t = st.rstd_f.get(dev, DType::f32, {T});
@@ -283,10 +291,10 @@ void train_model_backward(Context& ctx, TrainModel& m, const ModelWeights& w, co
     const LayerWeights& L = w.layers[size_t(l)];
     LayerActs* a = &st.acts[0];
     if (m.opt.recompute)  // re-run this layer's forward (its output equals the kept x[l+1])
-      layer_forward(ctx, c, L, st.rope, b, st.x[size_t(l)], *a, qkv, st.x[size_t(l + 1)]);
+      layer_forward(ctx, c, l, L, st.rope, b, st.x[size_t(l)], *a, qkv, st.x[size_t(l + 1)]);
     else
       a = &st.acts[size_t(l)];
-    layer_backward(ctx, st, c, L, grads.layers[size_t(l)], st.rope, b, st.x[size_t(l)], *a, dx);
+    layer_backward(ctx, st, c, l, L, grads.layers[size_t(l)], st.rope, b, st.x[size_t(l)], *a, dx);
   }
   embedding_backward(ctx, grads.embed, dx, b.tokens);
   st.kept = false;  // recompute overwrote kept values and a second backward would double-count

@@ -143,7 +143,9 @@ void transformer_forward(Context& ctx, const ModelWeights& w, KVCache& cache, co
       rope_qkv_cache_write(ctx, q, qkv, batch.positions, rope.cos, rope.sin, cache.k[size_t(l)], cache.v[size_t(l)],
                            batch.attn);
     }
-    attention_paged(ctx, *out, *qr, cache.k[size_t(l)], cache.v[size_t(l)], batch.attn);
+    PagedAttnMeta layer_meta = batch.attn;  // the step's metadata with this layer's sliding window
+    layer_meta.window = cfg.attn_window(l);
+    attention_paged(ctx, *out, *qr, cache.k[size_t(l)], cache.v[size_t(l)], layer_meta);
     Tensor out2 = out->view({T, Hq * D});
     linear_forward(ctx, x, out2, L.wo, nullptr, true);  // x += attention output
     rmsnorm_forward(ctx, xn, nullptr, x, L.mlp_norm, eps);

@@ -3,6 +3,8 @@
 // itself: decode rows equal the prefill rows of the same tokens bit for bit, and rows do
 // not depend on max_context or on the other sequences of the launch. The paged and the
 // packed forward use different kernels (different rounding): they agree to tolerance.
+// Each case also runs with sliding windows (keys p-W+1..p): short ones that skip whole
+// key partitions, and ones that start inside a partition or a 16-token cache block.
 #include "cuda_test_util.h"
 
 #ifdef GRPO_HAVE_CUDA
@@ -48,11 +50,13 @@ const Cfg kCfgs[] = {
 
 }  // namespace
 
-TEST(CudaAttention, VarlenForwardBackward) {
-  GRPO_SKIP_WITHOUT_CUDA();
+namespace {
+void varlen_forward_backward(int window) {
   uint32_t seed = 100;
   for (const Cfg& c : kCfgs) {
+    SCOPED_TRACE("window " + std::to_string(window));
     AttnVarlen meta = make_varlen(c.lens);
+    meta.window = window;
     const int64_t T = meta.cu_seqlens.back(), Hq = c.Hq, Hkv = c.Hkv, D = c.D;
     for (DType dt : kDTypes) {
       const std::string nm = cfg_name(c, dt);
@@ -86,6 +90,17 @@ TEST(CudaAttention, VarlenForwardBackward) {
     }
   }
 }
+}  // namespace
+
+TEST(CudaAttention, VarlenForwardBackward) {
+  GRPO_SKIP_WITHOUT_CUDA();
+  varlen_forward_backward(0);
+}
+
+TEST(CudaAttention, VarlenForwardBackwardSlidingWindow) {
+  GRPO_SKIP_WITHOUT_CUDA();
+  for (int window : {1, 24, 37, 300}) varlen_forward_backward(window);
+}
 
 // D = 96 has no forward kernel and no tiled backward: the simple warp-per-row backward
 // runs. Out and lse come from the CPU forward.
@@ -112,11 +127,13 @@ TEST(CudaAttention, BackwardSimplePathD96) {
   EXPECT_TRUE(close("attention_backward (simple, D=96) dv", fetch(gdv), dv, Tol{1e-4, 1e-3}));
 }
 
-TEST(CudaAttention, PagedMatchesCpuAndPacked) {
-  GRPO_SKIP_WITHOUT_CUDA();
+namespace {
+void paged_matches_cpu_and_packed(int window) {
   uint32_t seed = 500;
   for (const Cfg& c : kCfgs) {
+    SCOPED_TRACE("window " + std::to_string(window));
     AttnVarlen vl = make_varlen(c.lens);
+    vl.window = window;
     const int64_t S = int64_t(c.lens.size()), T = vl.cu_seqlens.back(), Hq = c.Hq, Hkv = c.Hkv, D = c.D;
     const int32_t bs = 16;
     // Block tables with shuffled physical blocks; one spare block stays unused.
@@ -148,6 +165,7 @@ TEST(CudaAttention, PagedMatchesCpuAndPacked) {
       std::vector<float> kc = cache0, vc = cache0;
       PagedAttnMeta hm;
       hm.block_size = bs;
+      hm.window = window;
       hm.max_context = *std::max_element(c.lens.begin(), c.lens.end());
       hm.token_seq = host_i32(tseq, {T});
       hm.token_pos = host_i32(tpos, {T});
@@ -206,6 +224,17 @@ TEST(CudaAttention, PagedMatchesCpuAndPacked) {
       EXPECT_TRUE(close("attention_paged max_context=1 " + nm, fetch(gdo2), dref, tol_reduce(dt)));
     }
   }
+}
+}  // namespace
+
+TEST(CudaAttention, PagedMatchesCpuAndPacked) {
+  GRPO_SKIP_WITHOUT_CUDA();
+  paged_matches_cpu_and_packed(0);
+}
+
+TEST(CudaAttention, PagedMatchesCpuAndPackedSlidingWindow) {
+  GRPO_SKIP_WITHOUT_CUDA();
+  for (int window : {1, 24, 37, 300}) paged_matches_cpu_and_packed(window);
 }
 
 // Decode batches of the engine's shape: 64 sequences with contexts 100..700 (partition

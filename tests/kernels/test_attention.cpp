@@ -1,6 +1,7 @@
 // Attention on the CPU: varlen forward against a double softmax reference,
 // backward by finite differences, and the paged form against the varlen one
-// on the same data (whole prompts, prompt chunks, decode steps).
+// on the same data (whole prompts, prompt chunks, decode steps); each also with a
+// sliding window (keys p-W+1..p), the reference masking it independently.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,15 +21,18 @@ Qkv make_qkv(int64_t T, int64_t Hq, int64_t Hkv, int64_t D, uint32_t seed) {
   return {T, Hq, Hkv, D, randn(size_t(T * Hq * D), seed), randn(size_t(T * Hkv * D), seed + 1),
           randn(size_t(T * Hkv * D), seed + 2)};
 }
-AttnVarlen varlen(std::vector<int32_t> cu) {
+AttnVarlen varlen(std::vector<int32_t> cu, int window = 0) {
   AttnVarlen m;
+  m.window = window;
   m.cu_seqlens = std::move(cu);
   for (size_t i = 0; i + 1 < m.cu_seqlens.size(); ++i)
     m.max_seqlen = std::max(m.max_seqlen, m.cu_seqlens[i + 1] - m.cu_seqlens[i]);
   return m;
 }
-// Causal softmax attention in double; lse is (Hq, T).
-void attention_ref(const Qkv& a, const std::vector<int32_t>& cu, std::vector<double>& out, std::vector<double>& lse) {
+// Causal softmax attention in double; lse is (Hq, T). window > 0: a key j of the
+// query at t is kept when t - j < window (transformers' sliding-window mask).
+void attention_ref(const Qkv& a, const std::vector<int32_t>& cu, std::vector<double>& out, std::vector<double>& lse,
+                   int window = 0) {
   const int64_t G = a.Hq / a.Hkv;
   out.assign(size_t(a.T * a.Hq * a.D), 0.0);
   lse.assign(size_t(a.Hq * a.T), 0.0);
@@ -37,7 +41,12 @@ void attention_ref(const Qkv& a, const std::vector<int32_t>& cu, std::vector<dou
       for (int64_t h = 0; h < a.Hq; ++h) {
         std::vector<double> sc;
         double m = -1e300;
+        auto masked = [&](int64_t j) { return window > 0 && t - j >= window; };
         for (int64_t j = cu[s]; j <= t; ++j) {
+          if (masked(j)) {
+            sc.push_back(-INFINITY);
+            continue;
+          }
           double d = 0;
           for (int64_t e = 0; e < a.D; ++e)
             d += double(a.q[size_t((t * a.Hq + h) * a.D + e)]) * a.k[size_t((j * a.Hkv + h / G) * a.D + e)];
@@ -60,22 +69,44 @@ TEST(Attention, VarlenForwardMatchesReference) {
   Context& ctx = test_ctx();
   std::vector<int32_t> cu = {0, 5, 5, 13};  // includes an empty sequence
   Qkv a = make_qkv(13, 4, 2, 8, 1);
-  std::vector<float> out(a.q.size()), lse(size_t(a.Hq * a.T));
-  Tensor to = host(out, {a.T, a.Hq, a.D}), tl = host(lse, {a.Hq, a.T});
-  attention_forward(ctx, to, &tl, host(a.q, {a.T, a.Hq, a.D}), host(a.k, {a.T, a.Hkv, a.D}),
-                    host(a.v, {a.T, a.Hkv, a.D}), varlen(cu));
-  std::vector<double> ro, rl;
-  attention_ref(a, cu, ro, rl);
-  EXPECT_TRUE(all_close("out", out, ro, 1e-5, 1e-5));
-  EXPECT_TRUE(all_close("lse", lse, rl, 1e-5, 1e-5));
+  for (int window : {0, 1, 3, 8}) {  // 8: the longest sequence fits, same as no window
+    SCOPED_TRACE("window " + std::to_string(window));
+    std::vector<float> out(a.q.size()), lse(size_t(a.Hq * a.T));
+    Tensor to = host(out, {a.T, a.Hq, a.D}), tl = host(lse, {a.Hq, a.T});
+    attention_forward(ctx, to, &tl, host(a.q, {a.T, a.Hq, a.D}), host(a.k, {a.T, a.Hkv, a.D}),
+                      host(a.v, {a.T, a.Hkv, a.D}), varlen(cu, window));
+    std::vector<double> ro, rl;
+    attention_ref(a, cu, ro, rl, window);
+    EXPECT_TRUE(all_close("out", out, ro, 1e-5, 1e-5));
+    EXPECT_TRUE(all_close("lse", lse, rl, 1e-5, 1e-5));
+  }
 }
 
-TEST(Attention, VarlenBackwardFiniteDifferences) {
+TEST(Attention, SlidingWindowChangesOutputsOnlyPastTheWindow) {
+  Context& ctx = test_ctx();
+  const std::vector<int32_t> cu = {0, 9};
+  Qkv a = make_qkv(9, 2, 1, 8, 5);
+  std::vector<float> full(a.q.size()), win(a.q.size());
+  Tensor tf = host(full, {a.T, a.Hq, a.D}), tw = host(win, {a.T, a.Hq, a.D});
+  const Tensor tq = host(a.q, {a.T, a.Hq, a.D}), tk = host(a.k, {a.T, a.Hkv, a.D}), tv = host(a.v, {a.T, a.Hkv, a.D});
+  attention_forward(ctx, tf, nullptr, tq, tk, tv, varlen(cu));
+  attention_forward(ctx, tw, nullptr, tq, tk, tv, varlen(cu, 4));
+  // Positions 0..3 see all their keys through a window of 4; position 4 loses key 0.
+  const size_t row = size_t(a.Hq * a.D);
+  for (size_t i = 0; i < 4 * row; ++i) ASSERT_EQ(full[i], win[i]) << "index " << i;
+  double diff = 0;
+  for (size_t i = 4 * row; i < 5 * row; ++i) diff = std::max(diff, double(std::fabs(full[i] - win[i])));
+  EXPECT_GT(diff, 1e-3);
+}
+
+class AttentionBackward : public ::testing::TestWithParam<int> {};
+
+TEST_P(AttentionBackward, VarlenFiniteDifferences) {
   Context& ctx = test_ctx();
   std::vector<int32_t> cu = {0, 3, 7};
   Qkv a = make_qkv(7, 4, 2, 4, 11);
   auto r = randn(a.q.size(), 20);
-  const AttnVarlen meta = varlen(cu);
+  const AttnVarlen meta = varlen(cu, GetParam());
   auto loss = [&] {
     std::vector<float> out(a.q.size());
     Tensor to = host(out, {a.T, a.Hq, a.D});
@@ -94,6 +125,9 @@ TEST(Attention, VarlenBackwardFiniteDifferences) {
   EXPECT_TRUE(grad_check("dk", a.k, loss, dk));
   EXPECT_TRUE(grad_check("dv", a.v, loss, dv));
 }
+
+// 0: full causal; 2: a window shorter than both sequences.
+INSTANTIATE_TEST_SUITE_P(Window, AttentionBackward, ::testing::Values(0, 2));
 
 namespace {
 // A paged layout for sequences of the given lengths: blocks are handed out in a
@@ -114,8 +148,11 @@ Paged make_paged(const std::vector<int>& lens, int bs) {
 }
 }  // namespace
 
-TEST(Attention, PagedEqualsVarlenForPrefillChunksAndDecode) {
+class AttentionPaged : public ::testing::TestWithParam<int> {};
+
+TEST_P(AttentionPaged, EqualsVarlenForPrefillChunksAndDecode) {
   Context& ctx = test_ctx();
+  const int window = GetParam();
   // Two sequences of 11 and 6 tokens, varlen-packed.
   const std::vector<int> lens = {11, 6};
   const std::vector<int32_t> cu = {0, 11, 17};
@@ -123,7 +160,7 @@ TEST(Attention, PagedEqualsVarlenForPrefillChunksAndDecode) {
   std::vector<float> ref(a.q.size());
   Tensor tref = host(ref, {a.T, a.Hq, a.D});
   attention_forward(ctx, tref, nullptr, host(a.q, {a.T, a.Hq, a.D}), host(a.k, {a.T, a.Hkv, a.D}),
-                    host(a.v, {a.T, a.Hkv, a.D}), varlen(cu));
+                    host(a.v, {a.T, a.Hkv, a.D}), varlen(cu, window));
 
   const int bs = 4;
   Paged pg = make_paged(lens, bs);
@@ -156,6 +193,7 @@ TEST(Attention, PagedEqualsVarlenForPrefillChunksAndDecode) {
     m.slot_mapping = host(slot, {n});
     m.block_table = host(pg.table, {int64_t(lens.size()), pg.max_blocks});
     m.block_size = bs;
+    m.window = window;
     for (int32_t p : pos) m.max_context = std::max(m.max_context, p + 1);
     kv_cache_write(ctx, tkc, tvc, host(k, {n, a.Hkv, a.D}), host(v, {n, a.Hkv, a.D}), m);
     std::vector<float> out(q.size());
@@ -170,3 +208,6 @@ TEST(Attention, PagedEqualsVarlenForPrefillChunksAndDecode) {
   for (int64_t e = 0; e < a.Hkv * a.D; ++e)
     ASSERT_EQ(kc[size_t(s15 * a.Hkv * a.D + e)], a.k[size_t((11 + 5) * a.Hkv * a.D + e)]);
 }
+
+// 0: full causal; 3: inside one 4-token block; 5: spans a block boundary.
+INSTANTIATE_TEST_SUITE_P(Window, AttentionPaged, ::testing::Values(0, 3, 5));

@@ -145,7 +145,9 @@ TEST(Config, Llama32WithLlama3RopeScaling) {
 TEST(Config, MistralSlidingWindow) {
   ModelConfig c = parse(kMistral7B);
   EXPECT_EQ(c.arch, Arch::mistral);
-  EXPECT_EQ(c.sliding_window, 4096);  // recorded (not applied by attention yet)
+  EXPECT_EQ(c.sliding_window, 4096);
+  EXPECT_EQ(c.layer_window, std::vector<int>(32, 4096));  // mistral windows every layer
+  EXPECT_EQ(c.attn_window(31), 4096);
   EXPECT_FALSE(c.tie_word_embeddings);
   EXPECT_FALSE(c.attention_bias);
   EXPECT_EQ(c.head_dim, 128);
@@ -155,6 +157,65 @@ TEST(Config, MistralSlidingWindow) {
   EXPECT_EQ(model_config_from_json(j).value().sliding_window, 0);
   j["sliding_window"] = 32768;  // not smaller than the context: no window
   EXPECT_EQ(model_config_from_json(j).value().sliding_window, 0);
+  EXPECT_TRUE(model_config_from_json(j).value().layer_window.empty());
+  j.erase("sliding_window");  // MistralConfig's default
+  EXPECT_EQ(model_config_from_json(j).value().sliding_window, 4096);
+  j["sliding_window"] = 0;
+  EXPECT_NE(parse_error(j).find("\"sliding_window\" must be positive or null"), std::string::npos);
+  j["sliding_window"] = 24;
+  j["layer_types"] = json::array();  // MistralConfig does not read layer_types: every layer windows
+  for (int l = 0; l < 32; ++l) j["layer_types"].push_back("full_attention");
+  EXPECT_EQ(model_config_from_json(j).value().layer_window, std::vector<int>(32, 24));
+}
+
+// Qwen2Config / Qwen3Config: sliding_window only with use_sliding_window; layers
+// >= max_window_layers slide unless layer_types says which.
+TEST(Config, QwenSlidingWindowLayers) {
+  for (const char* src : {kQwen25_05B, kQwen3_06B}) {
+    json j = json::parse(src);
+    const int L = j["num_hidden_layers"].get<int>();
+    j["use_sliding_window"] = true;
+    j["sliding_window"] = 1024;
+    j["max_window_layers"] = 20;
+    ModelConfig c = model_config_from_json(j).value();
+    EXPECT_EQ(c.sliding_window, 1024);
+    ASSERT_EQ(int(c.layer_window.size()), L);
+    for (int l = 0; l < L; ++l) EXPECT_EQ(c.attn_window(l), l >= 20 ? 1024 : 0) << "layer " << l;
+    j.erase("max_window_layers");  // default 28: the 24- and 28-layer models have no sliding layer
+    EXPECT_EQ(model_config_from_json(j).value().sliding_window, 0);
+    j["max_window_layers"] = 0;
+    j.erase("sliding_window");  // default 4096
+    EXPECT_EQ(model_config_from_json(j).value().layer_window, std::vector<int>(size_t(L), 4096));
+    // layer_types overrides max_window_layers
+    j["layer_types"] = json::array();
+    for (int l = 0; l < L; ++l) j["layer_types"].push_back(l % 2 ? "sliding_attention" : "full_attention");
+    c = model_config_from_json(j).value();
+    for (int l = 0; l < L; ++l) EXPECT_EQ(c.attn_window(l), l % 2 ? 4096 : 0) << "layer " << l;
+    // a sliding layer without a window is an error in transformers too
+    j["use_sliding_window"] = false;
+    EXPECT_NE(parse_error(j).find("layer_types[1] is \"sliding_attention\" but the config has no window"),
+              std::string::npos);
+    j["use_sliding_window"] = true;
+    j["layer_types"][3] = "chunked_attention";
+    EXPECT_NE(parse_error(j).find("layer_types[3] = \"chunked_attention\" is not supported"), std::string::npos);
+    j["layer_types"] = json::array({"full_attention"});
+    EXPECT_NE(parse_error(j).find("\"layer_types\" must be a list of num_hidden_layers"), std::string::npos);
+    // all-full layer_types: no window at all
+    j["layer_types"] = json::array();
+    for (int l = 0; l < L; ++l) j["layer_types"].push_back("full_attention");
+    EXPECT_TRUE(model_config_from_json(j).value().layer_window.empty());
+  }
+}
+
+TEST(Config, LlamaIgnoresSlidingWindowKeys) {  // LlamaConfig has no window
+  json j = json::parse(kLlama32_1B);
+  j["sliding_window"] = 16;
+  j["use_sliding_window"] = true;
+  j["layer_types"] = json::array({"sliding_attention"});
+  ModelConfig c = model_config_from_json(j).value();
+  EXPECT_EQ(c.sliding_window, 0);
+  EXPECT_TRUE(c.layer_window.empty());
+  EXPECT_EQ(c.attn_window(3), 0);
 }
 
 TEST(Config, Llama2) {

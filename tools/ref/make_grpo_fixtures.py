@@ -31,7 +31,7 @@ These per-parameter statistics let every loss variant check every parameter's
 gradient while keeping the fixtures small (< 3 MB); "full" also stores them whole.
 
 Usage (from the repository root, on a machine with torch + transformers):
-    python3 tools/ref/make_grpo_fixtures.py --out tests/fixtures/grpo
+    python3 tools/ref/make_grpo_fixtures.py --out tests/fixtures/grpo [--only mistral_swa,qwen2_swa]
 """
 import argparse
 import json
@@ -52,6 +52,12 @@ ARCHS = {
     "qwen3": ("qwen3", dict(tie_word_embeddings=True, head_dim=16, attention_bias=False,
                             use_sliding_window=False), True),
     "mistral": ("mistral", dict(tie_word_embeddings=False, sliding_window=4096), False),
+    # Sliding windows shorter than the 7..13-token sequences, so the backward pass
+    # through the windowed mask is checked: every layer (Mistral), and only layer 1
+    # (Qwen2, max_window_layers=1). The C++ tests skip these when absent.
+    "mistral_swa": ("mistral", dict(tie_word_embeddings=False, sliding_window=4), True),
+    "qwen2_swa": ("qwen2", dict(tie_word_embeddings=True, use_sliding_window=True, sliding_window=5,
+                                max_window_layers=1), True),
 }
 
 PROMPT_LENS = [5, 5, 5, 7, 7, 7]      # two prompts, three samples each
@@ -323,11 +329,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="tests/fixtures/grpo", help="output folder (one subfolder per architecture)")
     ap.add_argument("--seed", type=int, default=4321)
+    ap.add_argument("--only", default="", help="comma-separated subset of: " + ",".join(ARCHS))
     args = ap.parse_args()
     import torch
     torch.set_num_threads(1)  # deterministic CPU reductions
     total = 0
     for i, (n, (mt, extra, full)) in enumerate(ARCHS.items()):
+        if args.only and n not in args.only.split(","):
+            continue
         total += make_one(n, mt, extra, full, args.out, args.seed + i)
     print(f"total {total / 1024:.0f} KiB")
 

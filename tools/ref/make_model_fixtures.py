@@ -22,7 +22,7 @@ parameter matters: linear weights ~ N(0, 1/in_features), embeddings ~ N(0, 0.5²
 norm weights ~ 1 + N(0, 0.2²), biases ~ N(0, 0.2²).
 
 Usage (from the repository root, on a machine with torch + transformers):
-    python3 tools/ref/make_model_fixtures.py --out tests/fixtures/models
+    python3 tools/ref/make_model_fixtures.py --out tests/fixtures/models [--only mistral_swa,qwen2_swa,qwen3_swa]
 """
 import argparse
 import json
@@ -70,7 +70,23 @@ MODELS = {
     # Mistral: like Llama 2 with a sliding window far longer than our sequences.
     "mistral": ("mistral", dict(rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
                                 sliding_window=4096)),
+    # Sliding-window attention with windows shorter than the prompts (SWA_LENGTHS):
+    # Mistral windows every layer; Qwen2 only layers >= max_window_layers (layer 1);
+    # Qwen3 takes explicit layer_types (window on layer 0 only).
+    "mistral_swa": ("mistral", dict(rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                                    sliding_window=24)),
+    "qwen2_swa": ("qwen2", dict(rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                                use_sliding_window=True, sliding_window=24, max_window_layers=1)),
+    "qwen3_swa": ("qwen3", dict(rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                                head_dim=32, attention_bias=False, use_sliding_window=True, sliding_window=16,
+                                layer_types=["sliding_attention", "full_attention"])),
 }
+
+# Prompt lengths (full-sequence logits, greedy generate) per model; the default
+# is DEFAULT_LENGTHS. The sliding-window models use prompts past their window.
+DEFAULT_LENGTHS = ((7, 13, 21), (5, 11, 17))
+SWA_LENGTHS = ((40, 57), (40, 45))
+LENGTHS = {"mistral_swa": SWA_LENGTHS, "qwen2_swa": SWA_LENGTHS, "qwen3_swa": SWA_LENGTHS}
 
 
 def randomise(model, torch, gen):
@@ -106,6 +122,8 @@ def make_one(name, model_type, extra, out_dir, seed):
     cfg = AutoConfig.for_model(model_type, **kwargs)
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
     model = model.to(torch.float32).eval()
+    if "layer_types" in extra:
+        assert list(cfg.layer_types) == extra["layer_types"], f"{name}: layer_types not kept: {cfg.layer_types}"
     randomise(model, torch, gen)
     if cfg.tie_word_embeddings:
         assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr(), "tying broken"
@@ -127,9 +145,10 @@ def make_one(name, model_type, extra, out_dir, seed):
         "generate": [],
     }
 
-    # Full-sequence logits for three prompt lengths (21 crosses a 16-token KV block).
+    logit_lengths, generate_lengths = LENGTHS.get(name, DEFAULT_LENGTHS)
+    # Full-sequence logits for a few prompt lengths (21 crosses a 16-token KV block).
     with torch.no_grad():
-        for T in (7, 13, 21):
+        for T in logit_lengths:
             toks = torch.randint(3, V, (1, T), generator=gen)
             out = model(input_ids=toks, use_cache=False)
             lg = out.logits[0].float()
@@ -145,7 +164,7 @@ def make_one(name, model_type, extra, out_dir, seed):
                             pad_token_id=0, bos_token_id=cfg.bos_token_id, num_beams=1,
                             repetition_penalty=1.0)
     with torch.no_grad():
-        for T in (5, 11, 17):
+        for T in generate_lengths:
             toks = torch.randint(3, V, (1, T), generator=gen)
             res = model.generate(input_ids=toks, attention_mask=torch.ones_like(toks),
                                  generation_config=gcfg, return_dict_in_generate=True,
@@ -182,9 +201,9 @@ def main():
     import torch
     torch.set_num_threads(1)  # deterministic CPU reductions
     names = [n for n in MODELS if not args.only or n in args.only.split(",")]
-    for i, n in enumerate(names):
+    for n in names:
         model_type, extra = MODELS[n]
-        make_one(n, model_type, extra, args.out, args.seed + i)
+        make_one(n, model_type, extra, args.out, args.seed + list(MODELS).index(n))  # seed stable under --only
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 //   dp_j = dout·v_j,  da_j = p_j·(dp_j − Δ),  dq = s·Σ_j da_j·k_j,
 //   dk_j += s·da_j·q,  dv_j += p_j·dout.
 // The paged form reads the same rows through the block table; both share attend_row.
+// A sliding window W narrows the keys of the query at position p to p-W+1..p.
 // A paged cache is f32 or f8e4m3 (kv_cache_dtype = fp8): rows are converted to E4M3
 // on write and decoded to their exact f32 values on read, so attention over an fp8
 // cache is the f32 computation over the quantised keys and values.
@@ -26,22 +27,26 @@ inline float dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-// Softmax attention of one query row over n keys; key(j)/val(j) give row pointers.
+// First key position a query at position `pos` attends to under sliding window W.
+inline int64_t window_start(int64_t pos, int window) { return window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0; }
+
+// Softmax attention of one query row over keys j0..n-1; key(j)/val(j) give row pointers.
 // `p` has room for n floats. Returns the log-sum-exp of the scaled scores.
 template <class KeyFn, class ValFn>
-float attend_row(const float* q, int64_t n, int64_t D, float scale, KeyFn key, ValFn val, float* p, float* out) {
+float attend_row(const float* q, int64_t j0, int64_t n, int64_t D, float scale, KeyFn key, ValFn val, float* p,
+                 float* out) {
   float m = -INFINITY;
-  for (int64_t j = 0; j < n; ++j) {
+  for (int64_t j = j0; j < n; ++j) {
     p[j] = scale * dot(q, key(j), D);
     m = std::max(m, p[j]);
   }
   float l = 0.f;
-  for (int64_t j = 0; j < n; ++j) {
+  for (int64_t j = j0; j < n; ++j) {
     p[j] = std::exp(p[j] - m);
     l += p[j];
   }
   std::fill(out, out + D, 0.f);
-  for (int64_t j = 0; j < n; ++j) {
+  for (int64_t j = j0; j < n; ++j) {
     const float* v = val(j);
     for (int64_t d = 0; d < D; ++d) out[d] += p[j] * v[d];
   }
@@ -109,7 +114,8 @@ void attention_forward(Context& ctx, Tensor& out, Tensor* lse, const Tensor& q, 
       const int64_t start = meta.cu_seqlens[size_t(seq[size_t(t)])];
       auto key = [&](int64_t j) { return K + ((start + j) * Hkv + g) * D; };
       auto val = [&](int64_t j) { return V + ((start + j) * Hkv + g) * D; };
-      float l = attend_row(Q + i * D, t - start + 1, D, scale, key, val, p.data(), O + i * D);
+      const int64_t pos = t - start;
+      float l = attend_row(Q + i * D, window_start(pos, meta.window), pos + 1, D, scale, key, val, p.data(), O + i * D);
       if (LSE) LSE[h * T + t] = l;
     }
   }, min_items(L, D));
@@ -143,7 +149,7 @@ void attention_backward(Context& ctx, Tensor& dq, Tensor& dk, Tensor& dv, const 
           std::fill(dqi, dqi + D, 0.f);
           const float delta = dot(doi, O + (t * Hq + h) * D, D);
           const float l = LSE[h * T + t];
-          for (int64_t j = 0; j <= i; ++j) {
+          for (int64_t j = window_start(i, meta.window); j <= i; ++j) {
             const float* kj = K + ((start + j) * Hkv + g) * D;
             const float* vj = V + ((start + j) * Hkv + g) * D;
             const float p = std::exp(scale * dot(qi, kj, D) - l);
@@ -206,7 +212,8 @@ void attention_paged(Context& ctx, Tensor& out, const Tensor& q, const Tensor& k
       auto slot = [&](int64_t j) { return (int64_t(table[j / bs]) * bs + j % bs) * Hkv + g; };
       auto key = [&](int64_t j) { return read(k_cache, slot(j)); };
       auto val = [&](int64_t j) { return read(v_cache, slot(j)); };
-      attend_row(Q + i * D, int64_t(POS[t]) + 1, D, scale, key, val, p.data(), O + i * D);
+      const int64_t pos = POS[t];
+      attend_row(Q + i * D, window_start(pos, meta.window), pos + 1, D, scale, key, val, p.data(), O + i * D);
     }
   }, min_items(L, D));
 }

@@ -55,6 +55,11 @@
 //   butterfly, across warps in warp order, across partitions in partition order.
 //   The last partition also takes any keys past n_splits·kPart, so an underestimated
 //   max_context stays correct.
+// Sliding window (window W > 0): a query at position p takes keys max(0, p-W+1) .. p. Both
+// kernels keep their partition boundaries and start each partition at that bound:
+// partitions wholly below it load nothing and leave a neutral partial (m = −inf, l = 0)
+// that the combine weighs by zero, so the merge order is unchanged. The tensor-core
+// kernels have no window: attention_paged / attention_forward skip them when W > 0.
 // kv_cache_write copies token rows into their slots (slot < 0: padding, skipped); into an
 // FP8 cache it converts them to E4M3 (RN, satfinite) on the way.
 #include "kernels/attention.h"
@@ -95,8 +100,14 @@ struct AttnArgs {
   int64_t T;              // total query tokens (lse row stride)
   int64_t tok0;           // first token of this launch
   int Hq, Hkv, G, n_hgroups, n_splits;
+  int window;             // sliding window W (0: full causal)
   float scale;
 };
+
+// First key position of a query at position pos (0-based) under sliding window W.
+__device__ __forceinline__ int64_t window_start(int64_t pos, int window) {
+  return window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+}
 
 __device__ __forceinline__ float rescale(float m, float mn) { return m == -INFINITY ? 0.f : expf(m - mn); }
 
@@ -152,8 +163,8 @@ __global__ void __launch_bounds__(kThreads) attn_split_kernel(AttnArgs a) {
   }
   const int64_t row0 = a.cu_seqlens[lo];
   const int64_t ctx_len = tok - row0 + 1;
-  const int64_t kbeg = int64_t(split) * kPart;
-  const int64_t kend = split == a.n_splits - 1 ? ctx_len : min(ctx_len, kbeg + kPart);
+  const int64_t kbeg = max(int64_t(split) * kPart, window_start(ctx_len - 1, a.window));
+  const int64_t kend = split == a.n_splits - 1 ? ctx_len : min(ctx_len, int64_t(split) * kPart + kPart);
   const int64_t prow = (int64_t(blockIdx.x) * a.Hq + qh0) * a.n_splits + split;  // partial row of head qh0
 
   if (kbeg >= kend) {  // empty partition (only when n_splits > 1): neutral partial
@@ -462,9 +473,11 @@ __global__ void __launch_bounds__(kThreads, MG == 2 ? 6 : 4) attn_paged_kernel(A
   // Partitions z, z + Z, ... (Z = gridDim.z <= n_splits): each computed the same way
   // whichever block takes it.
   for (int split = blockIdx.z; split < a.n_splits; split += gridDim.z) {
-    const int kbeg = split * KP;
-    if (kbeg >= ctx_len) break;
-    const int kend = split == a.n_splits - 1 ? ctx_len : min(ctx_len, kbeg + KP);
+    if (split * KP >= ctx_len) break;
+    // Keys below the window start are skipped; a partition wholly below it runs no
+    // tile and writes the neutral partial (acc 0, m −inf, l 0).
+    const int kbeg = max(split * KP, int(window_start(ctx_len - 1, a.window)));
+    const int kend = split == a.n_splits - 1 ? ctx_len : min(ctx_len, split * KP + KP);
     if (split != int(blockIdx.z)) __syncthreads();  // the previous partition's outputs are read
     if (tid < MG) {
       s_m[tid] = -INFINITY;
@@ -924,7 +937,7 @@ void attention_forward(Context& ctx, Tensor& out, Tensor* lse, const Tensor& q, 
     t.n_seqs = int(meta.cu_seqlens.size() - 1);
     t.T = T_; t.Hq = int(q.shape[1]); t.Hkv = int(k.shape[1]); t.G = t.Hq / t.Hkv; t.D = int(q.shape[2]);
     t.scale = 1.f / std::sqrt(float(t.D));
-    if (attention_forward_tc(ctx, t, q.dtype)) return;
+    if (meta.window == 0 && attention_forward_tc(ctx, t, q.dtype)) return;
   }
   int64_t max_len = 0;
   for (size_t i = 0; i + 1 < meta.cu_seqlens.size(); ++i)
@@ -940,6 +953,7 @@ void attention_forward(Context& ctx, Tensor& out, Tensor* lse, const Tensor& q, 
   a.T = T_;
   a.Hq = int(q.shape[1]);
   a.Hkv = int(k.shape[1]);
+  a.window = meta.window;
   a.scale = 1.f / std::sqrt(float(q.shape[2]));
   run_split(ctx, a, q.dtype, q.dtype, int(q.shape[2]), max_len, false);
 }
@@ -1002,7 +1016,8 @@ void attention_paged(Context& ctx, Tensor& out, const Tensor& q, const Tensor& k
   GRPO_CHECK_MSG(meta.token_seq.numel() == q.shape[0] && meta.token_pos.numel() == q.shape[0],
                  "attention_paged: token_seq/token_pos must be (T)");
   GRPO_CHECK_MSG(aligned16(q.data) && aligned16(k_cache.data) && aligned16(v_cache.data), "attention_paged: alignment");
-  if (meta.n_prefill_tiles > 0 && attention_tc_supported(q.dtype, int(q.shape[2]))) {
+  GRPO_CHECK_MSG(meta.window >= 0, "attention_paged: window must be >= 0");
+  if (meta.n_prefill_tiles > 0 && meta.window == 0 && attention_tc_supported(q.dtype, int(q.shape[2]))) {
     // A mostly-prefill step with the runner's query tiles: the tensor-core kernel
     // (attention_tc.cu); the tiles cover every row of q once.
     const Tensor& tl = meta.prefill_tiles;
@@ -1035,8 +1050,9 @@ void attention_paged(Context& ctx, Tensor& out, const Tensor& q, const Tensor& k
   a.T = q.shape[0];
   a.Hq = int(q.shape[1]);
   a.Hkv = int(k_cache.shape[2]);
+  a.window = meta.window;
   a.scale = 1.f / std::sqrt(float(q.shape[2]));
-  if (attention_paged_decode_tc(ctx, out, q, k_cache, v_cache, meta)) return;  // bf16, D 64/128
+  if (meta.window == 0 && attention_paged_decode_tc(ctx, out, q, k_cache, v_cache, meta)) return;  // bf16, D 64/128
   run_split(ctx, a, q.dtype, k_cache.dtype, int(q.shape[2]), meta.max_context, true);
 }
 

@@ -10,7 +10,8 @@
 //   dk/dv:  one warp per (key token, kv head); loops over the group's query heads and
 //           the later query tokens of the sequence (lanes over queries, then over dims).
 // Rows of K/V (dq) and Q/dout (dk/dv) are read with 16-byte vectors; head dim D must
-// be a multiple of 8 and at most 256.
+// be a multiple of 8 and at most 256. With a sliding window W only the simple kernels
+// run (they bound the key range of a query, and the query range of a key, by W).
 #include "kernels/attention.h"
 #include "kernels/cuda/attention_bwd.cuh"
 #include "kernels/cuda/attention_tc.cuh"
@@ -67,7 +68,8 @@ __global__ void __launch_bounds__(kWarps * 32) dq_kernel(BwdArgs a) {
     sdo[warp][d] = to_f32(static_cast<const T*>(a.dout)[r * D + d]);
   }
   __syncwarp();
-  const int64_t start = a.cu[find_seq(a.cu, a.n_seqs, t)];
+  const int64_t seq_start = a.cu[find_seq(a.cu, a.n_seqs, t)];
+  const int64_t start = a.window > 0 && t - a.window + 1 > seq_start ? t - a.window + 1 : seq_start;
   const float l = a.lse[int64_t(h) * a.T + t], delta = a.delta[int64_t(h) * a.T + t];
   float acc[kDPL];
 #pragma unroll
@@ -111,7 +113,9 @@ __global__ void __launch_bounds__(kWarps * 32) dkv_kernel(BwdArgs a) {
   }
   __syncwarp();
   const int s = find_seq(a.cu, a.n_seqs, j);
-  const int64_t end = a.cu[s + 1];  // queries j..end-1 see key j
+  const int64_t seq_end = a.cu[s + 1];
+  // queries j..end-1 see key j (with a window W, only those with i - j < W)
+  const int64_t end = a.window > 0 && j + a.window < seq_end ? j + a.window : seq_end;
   float dk[kDPL], dv[kDPL];
 #pragma unroll
   for (int i = 0; i < kDPL; ++i) dk[i] = dv[i] = 0.f;
@@ -173,6 +177,7 @@ void attention_backward(Context& ctx, Tensor& dq, Tensor& dk, Tensor& dv, const 
                  "attention_backward: 16-byte alignment");
   GRPO_CHECK_MSG(meta.cu_seqlens_dev.defined() && meta.cu_seqlens.size() >= 2 && meta.cu_seqlens.back() == T_,
                  "attention_backward: cu_seqlens must span the T tokens");
+  GRPO_CHECK_MSG(meta.window >= 0, "attention_backward: window must be >= 0");
   if (T_ == 0) return;
   ScratchAlloc sa(ctx);
   BwdArgs a{};
@@ -184,6 +189,7 @@ void attention_backward(Context& ctx, Tensor& dq, Tensor& dk, Tensor& dv, const 
   a.n_seqs = int(meta.cu_seqlens.size() - 1);
   a.T = T_;
   a.Hq = Hq; a.Hkv = Hkv; a.G = Hq / Hkv; a.D = D;
+  a.window = meta.window;
   a.scale = 1.f / std::sqrt(float(D));
   cudaStream_t st = stream_of(ctx);
   const unsigned gq = unsigned(ceil_div(T_ * Hq, kWarps)), gk = unsigned(ceil_div(T_ * Hkv, kWarps));
@@ -191,7 +197,7 @@ void attention_backward(Context& ctx, Tensor& dq, Tensor& dk, Tensor& dv, const 
     delta_kernel<T><<<gq, kWarps * 32, 0, st>>>(a);
     CUDA_CHECK_LAUNCH();
   });
-  {  // bf16 with head dim 64/128: the tensor-core kernels (attention_tc.cu)
+  if (a.window == 0) {  // bf16 with head dim 64/128: the tensor-core kernels (attention_tc.cu)
     TcArgs t{};
     t.q = a.q; t.k = a.k; t.v = a.v; t.dout = a.dout; t.dq = a.dq; t.dk = a.dk; t.dv = a.dv;
     t.lse = const_cast<float*>(a.lse);
@@ -201,7 +207,7 @@ void attention_backward(Context& ctx, Tensor& dq, Tensor& dk, Tensor& dv, const 
     t.Hq = a.Hq; t.Hkv = a.Hkv; t.G = a.G; t.D = a.D; t.scale = a.scale;
     if (attention_backward_tc(ctx, t, dt)) return;
   }
-  if (attention_backward_tiled(ctx, a, dt)) return;
+  if (a.window == 0 && attention_backward_tiled(ctx, a, dt)) return;
   GRPO_DISPATCH_FLOAT(dt, T, {
     dq_kernel<T><<<gq, kWarps * 32, 0, st>>>(a);
     CUDA_CHECK_LAUNCH();

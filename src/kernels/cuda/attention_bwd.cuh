@@ -14,6 +14,7 @@ struct BwdArgs {
   int n_seqs;
   int64_t T;
   int Hq, Hkv, G, D;
+  int window;          // sliding window W: query i sees key j when i - W < j <= i (0: j <= i)
   float scale;
 };
 
