@@ -82,8 +82,11 @@ TEST(CudaAttentionTc, PackedForwardBackwardMatchCpu) {
 // kernel: equal to tolerance). A row's output must not depend on which tile holds it
 // (the key tiles always start at position 0 and masked columns add exact zeros), so a
 // second tiling with other cuts and another tile order must match bit for bit.
-TEST(CudaAttentionTc, PagedPrefillMatchesCpu) {
-  GRPO_SKIP_WITHOUT_CUDA();
+namespace {
+// window > 0: the tile list is passed but the tensor-core kernel has no window, so
+// attention_paged must take the per-token kernel and still match the CPU.
+void paged_prefill_matches_cpu(int window) {
+  SCOPED_TRACE("window " + std::to_string(window));
   struct Shape {
     int64_t Hq, Hkv, D;
   };
@@ -144,6 +147,7 @@ TEST(CudaAttentionTc, PagedPrefillMatchesCpu) {
     auto vc = rounded(randn(static_cast<size_t>(n_blocks * bs * Hkv * D), seed++), dt);
     PagedAttnMeta hm;
     hm.block_size = bs;
+    hm.window = window;
     hm.max_context = *std::max_element(tpos.begin(), tpos.end()) + 1;
     hm.token_seq = host_i32(tseq, {T});
     hm.token_pos = host_i32(tpos, {T});
@@ -179,6 +183,53 @@ TEST(CudaAttentionTc, PagedPrefillMatchesCpu) {
     Tensor go_alt = poisoned(dt, {T, Hq, D});
     cuda::attention_paged(gpu_ctx(), go_alt, gq, gkc, gvc, am);
     EXPECT_TRUE(close("paged prefill tc, other tiling, bitwise " + nm, fetch(go_alt), got, Tol{0, 0}));
+  }
+}
+}  // namespace
+
+TEST(CudaAttentionTc, PagedPrefillMatchesCpu) {
+  GRPO_SKIP_WITHOUT_CUDA();
+  paged_prefill_matches_cpu(0);
+}
+
+TEST(CudaAttentionTc, PagedPrefillSlidingWindowMatchesCpu) {
+  GRPO_SKIP_WITHOUT_CUDA();
+  for (int window : {24, 70}) paged_prefill_matches_cpu(window);
+}
+
+// Packed training forward/backward with a window: the tensor-core kernels step aside
+// for the CUDA-core ones, which must match the CPU for bf16 head dims 64/128 too.
+TEST(CudaAttentionTc, PackedSlidingWindowMatchesCpu) {
+  GRPO_SKIP_WITHOUT_CUDA();
+  const TcCase c{{200, 65, 1}, 14, 2, 64};
+  const DType dt = DType::bf16;
+  for (int window : {24, 100}) {
+    AttnVarlen meta;
+    meta.cu_seqlens.push_back(0);
+    for (int32_t l : c.lens) meta.cu_seqlens.push_back(meta.cu_seqlens.back() + l);
+    meta.max_seqlen = 200;
+    meta.window = window;
+    meta.cu_seqlens_dev = dev_int(meta.cu_seqlens, DType::i32, {int64_t(meta.cu_seqlens.size())});
+    const int64_t T = meta.cu_seqlens.back(), Hq = c.Hq, Hkv = c.Hkv, D = c.D;
+    auto q = rounded(randn(size_t(T * Hq * D), 40 + window), dt), k = rounded(randn(size_t(T * Hkv * D), 41 + window), dt);
+    auto v = rounded(randn(size_t(T * Hkv * D), 42 + window), dt), dout = rounded(randn(size_t(T * Hq * D), 43 + window), dt);
+    std::vector<float> out(q.size()), lse(size_t(Hq * T)), dq(q.size()), dk(k.size()), dv(k.size());
+    Tensor hq = host(q, {T, Hq, D}), hk = host(k, {T, Hkv, D}), hv = host(v, {T, Hkv, D}), ho = host(out, {T, Hq, D}),
+           hl = host(lse, {Hq, T}), hdo = host(dout, {T, Hq, D}), hdq = host(dq, {T, Hq, D}),
+           hdk = host(dk, {T, Hkv, D}), hdv = host(dv, {T, Hkv, D});
+    cpu::attention_forward(cpu_ctx(), ho, &hl, hq, hk, hv, meta);
+    cpu::attention_backward(cpu_ctx(), hdq, hdk, hdv, hdo, hq, hk, hv, ho, hl, meta);
+    Tensor gq = dev(q, dt, {T, Hq, D}), gk = dev(k, dt, {T, Hkv, D}), gv = dev(v, dt, {T, Hkv, D});
+    Tensor go = poisoned(dt, {T, Hq, D}), gl = poisoned(DType::f32, {Hq, T});
+    cuda::attention_forward(gpu_ctx(), go, &gl, gq, gk, gv, meta);
+    EXPECT_TRUE(close("windowed forward out", fetch(go), out, tol_reduce(dt)));
+    EXPECT_TRUE(close("windowed forward lse", fetch(gl), lse, Tol{1e-4, 1e-4}));
+    Tensor gdo = dev(dout, dt, {T, Hq, D});
+    Tensor gdq = poisoned(dt, {T, Hq, D}), gdk = poisoned(dt, {T, Hkv, D}), gdv = poisoned(dt, {T, Hkv, D});
+    cuda::attention_backward(gpu_ctx(), gdq, gdk, gdv, gdo, gq, gk, gv, go, gl, meta);
+    EXPECT_TRUE(close_max_rel("windowed backward dq", fetch(gdq), dq, 3e-2));
+    EXPECT_TRUE(close_max_rel("windowed backward dk", fetch(gdk), dk, 3e-2));
+    EXPECT_TRUE(close_max_rel("windowed backward dv", fetch(gdv), dv, 3e-2));
   }
 }
 

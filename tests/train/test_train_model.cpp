@@ -42,13 +42,10 @@ std::vector<float> grads_of(Context& ctx, const ModelWeights& w, const TrainBatc
 }
 }  // namespace
 
-class TrainModelGrad : public ::testing::TestWithParam<std::tuple<bool, bool, bool>> {};
-
+namespace {
 // d(Σ c_t logp_t)/dθ against central differences, for a few elements of every parameter tensor.
-TEST_P(TrainModelGrad, FiniteDifferences) {
-  auto [tied, bias, qk] = GetParam();
+void finite_difference_check(const ModelConfig& c) {
   Context ctx;
-  ModelConfig c = tiny_config(tied, bias, qk);
   ModelWeights w = random_weights(c, 11);
   TrainBatch b = random_batch(ctx, c, kLens, 5);
   std::mt19937 rng(2);
@@ -83,6 +80,33 @@ TEST_P(TrainModelGrad, FiniteDifferences) {
     }
   }
   EXPECT_GT(n_checked, 20);
+}
+}  // namespace
+
+class TrainModelGrad : public ::testing::TestWithParam<std::tuple<bool, bool, bool>> {};
+
+TEST_P(TrainModelGrad, FiniteDifferences) {
+  auto [tied, bias, qk] = GetParam();
+  finite_difference_check(tiny_config(tied, bias, qk));
+}
+
+// A 3-token window on layer 0 (sequences of 7..11 tokens): the backward through the
+// windowed mask agrees with the windowed forward, and the window changes the logprobs.
+TEST(TrainModel, SlidingWindowFiniteDifferences) {
+  ModelConfig c = tiny_config(false, true, false);
+  c.sliding_window = 3;
+  c.layer_window = {3, 0};
+  finite_difference_check(c);
+  Context ctx;
+  ModelWeights w = random_weights(c, 11);
+  TrainBatch b = random_batch(ctx, c, kLens, 5);
+  std::vector<float> coef(size_t(b.n_completion), 1.f);
+  TrainModel m;
+  const double windowed = weighted_logp(ctx, m, w, b, coef);
+  w.config.layer_window.clear();
+  w.config.sliding_window = 0;
+  TrainModel m2;
+  EXPECT_GT(std::fabs(windowed - weighted_logp(ctx, m2, w, b, coef)), 1e-3);
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, TrainModelGrad,
