@@ -7,13 +7,21 @@
 #include "core/check.h"
 #include "core/context.h"
 
+namespace grpo {
+
+// Weight / activation dtypes a backend runs: f32 on the CPU; f32 or bf16 on
+// CUDA. Configs and flags check model dtypes against this before any op runs.
+inline bool backend_runs_dtype(Device d, DType t) {
+  if (d == Device::cpu) return t == DType::f32;
+  return t == DType::f32 || t == DType::bf16;
+}
+
+}  // namespace grpo
+
 namespace grpo::detail {
 
-// Float activation: f32 on the CPU; f32 or bf16 on CUDA.
-inline bool act_dtype_ok(const Context& ctx, const Tensor& t) {
-  if (ctx.device() == Device::cpu) return t.dtype == DType::f32;
-  return t.dtype == DType::f32 || t.dtype == DType::bf16;
-}
+// Float activation: see backend_runs_dtype.
+inline bool act_dtype_ok(const Context& ctx, const Tensor& t) { return backend_runs_dtype(ctx.device(), t.dtype); }
 
 // Paged KV cache pair: K and V share one dtype, which is either the dtype of the
 // activations written into it / attended with (`act`), or f8e4m3 (kv_cache_dtype =

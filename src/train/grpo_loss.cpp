@@ -12,7 +12,8 @@ Result<LossType> loss_type_from_string(const std::string& s) {
   if (s == "bnpo") return LossType::bnpo;
   if (s == "dr_grpo") return LossType::dr_grpo;
   if (s == "dapo") return LossType::dapo;
-  return error_status("loss_type: unknown value '" + s + "' (use grpo, bnpo, dr_grpo or dapo)");
+  if (s == "cispo") return LossType::cispo;
+  return error_status("loss_type: unknown value '" + s + "' (use grpo, bnpo, dr_grpo, dapo or cispo)");
 }
 
 const char* loss_type_name(LossType t) {
@@ -21,9 +22,18 @@ const char* loss_type_name(LossType t) {
     case LossType::bnpo: return "bnpo";
     case LossType::dr_grpo: return "dr_grpo";
     case LossType::dapo: return "dapo";
+    case LossType::cispo: return "cispo";
   }
   return "?";
 }
+
+Result<IsLevel> is_level_from_string(const std::string& s) {
+  if (s == "token") return IsLevel::token;
+  if (s == "sequence") return IsLevel::sequence;
+  return error_status("importance_sampling_level: unknown value '" + s + "' (use token or sequence)");
+}
+
+const char* is_level_name(IsLevel l) { return l == IsLevel::sequence ? "sequence" : "token"; }
 
 Result<IsMode> is_mode_from_string(const std::string& s) {
   if (s == "none" || s.empty()) return IsMode::none;
@@ -50,6 +60,8 @@ Status GrpoLossConfig::validate() const {
   if (!(beta >= 0.f)) return error_status("beta must be >= 0");
   if (!(epsilon >= 0.f && epsilon < 1.f)) return error_status("epsilon must be in [0, 1)");
   if (!(epsilon_high >= 0.f)) return error_status("epsilon_high must be >= 0");
+  if (loss_type == LossType::cispo && !(epsilon_high > 0.f))
+    return error_status("loss_type cispo caps the importance weight at epsilon_high, which must be > 0");
   if (is_mode != IsMode::none && !(is_cap > 0.f)) return error_status("importance-sampling cap must be > 0");
   if (loss_type == LossType::dr_grpo && max_completion_length < 1)
     return error_status("max_completion_length must be >= 1 for loss_type dr_grpo");
@@ -64,6 +76,7 @@ void GrpoMetrics::merge(const GrpoMetrics& o) {
   clip_low += o.clip_low;
   clip_high += o.clip_high;
   clip_region += o.clip_region;
+  n_clip += o.n_clip;
   is_sum += o.is_sum;
   is_min = std::min(is_min, o.is_min);
   is_max = std::max(is_max, o.is_max);
@@ -129,7 +142,11 @@ GrpoLossOutput grpo_loss(const GrpoLossConfig& cfg, const GrpoLossInput& in, con
 
   auto old_of = [&](size_t t) { return in.old_logp.empty() ? double(in.logp[t]) : double(in.old_logp[t]); };
   const bool seq_is = cfg.is_mode == IsMode::sequence_truncate || cfg.is_mode == IsMode::sequence_mask;
+  const bool tok_is = cfg.is_mode == IsMode::token_truncate || cfg.is_mode == IsMode::token_mask;
   const bool is_trunc = cfg.is_mode == IsMode::token_truncate || cfg.is_mode == IsMode::sequence_truncate;
+  const bool seq_level = cfg.is_level == IsLevel::sequence;
+  const bool cispo = cfg.loss_type == LossType::cispo;
+  const double lo = 1.0 - cfg.epsilon, hi = 1.0 + double(cfg.epsilon_high);
   auto cap = [&](double r) {
     const bool over = r > double(cfg.is_cap);
     if (over) M.is_capped += 1;
@@ -141,42 +158,84 @@ GrpoLossOutput grpo_loss(const GrpoLossConfig& cfg, const GrpoLossInput& in, con
     M.is_min = std::min(M.is_min, r);
     M.is_max = std::max(M.is_max, r);
   };
+  // The ratio part of one token's loss for ratio `rho`: its value per unit of
+  // the token's weight, d value / d rho (zero on the clipped branch), and
+  // whether it was clipped low / high (TRL's metrics).
+  struct Pg {
+    double value, d_rho;
+    bool low, high;
+  };
+  auto pg_of = [&](double rho, double A) -> Pg {
+    if (cispo) return {0, 0, false, rho > double(cfg.epsilon_high) && A > 0};
+    const bool low = rho < lo && A < 0, high = rho > hi && A > 0;
+    return {-std::min(rho * A, std::clamp(rho, lo, hi) * A), (low || high) ? 0.0 : -A, low, high};
+  };
 
+  std::vector<double> isw(T, 1.0);
   double loss = 0;
   for (size_t s = 0; s < S; ++s) {
     const int32_t b = in.seq_offsets[s], e = in.seq_offsets[s + 1];
     const double A = in.advantages[s];
+    const double n_s = std::max(1.0, seq_n[s]);
     // Normaliser of this sequence's tokens.
     double c = 0;
     switch (cfg.loss_type) {
-      case LossType::grpo: c = 1.0 / (std::max(1.0, seq_n[s]) * S_tot); break;
+      case LossType::grpo: c = 1.0 / (n_s * S_tot); break;
       case LossType::bnpo: c = 1.0 / (std::max(1.0, n_tok) * k); break;
       case LossType::dr_grpo: c = 1.0 / (S_tot * double(cfg.max_completion_length)); break;
-      case LossType::dapo: c = 1.0 / (norm.dapo_num_items > 0 ? norm.dapo_num_items : std::max(1.0, n_tok)); break;
+      case LossType::dapo:
+      case LossType::cispo: c = 1.0 / (norm.dapo_num_items > 0 ? norm.dapo_num_items : std::max(1.0, n_tok)); break;
     }
-    double seq_w = 1.0;
+    // IS correction weights of this sequence's tokens (detached).
     if (seq_is) {
       double sum = 0;
       for (int32_t t = b; t < e; ++t) sum += m[size_t(t)] * (old_of(size_t(t)) - in.rollout_logp[size_t(t)]);
-      if (cfg.is_sequence_geomean) sum /= std::max(1.0, seq_n[s]);
+      if (cfg.is_sequence_geomean) sum /= n_s;
       const double r = std::exp(sum);
       is_stat(r);
-      seq_w = cap(r);
+      const double wgt = cap(r);
+      for (int32_t t = b; t < e; ++t) isw[size_t(t)] = wgt;
+    } else if (tok_is) {
+      for (int32_t t = b; t < e; ++t) {
+        const double mt = m[size_t(t)];
+        const double r = std::exp(mt * (old_of(size_t(t)) - in.rollout_logp[size_t(t)]));
+        if (mt != 0) is_stat(r);
+        isw[size_t(t)] = cap(r);
+      }
+    }
+    // GSPO: one ratio for the sequence, from the mean log-ratio over its tokens.
+    double rho_s = 1.0, K_s = 0.0;
+    Pg pg_s{};
+    if (seq_level) {
+      double lr = 0;
+      for (int32_t t = b; t < e; ++t) lr += m[size_t(t)] * (double(in.logp[size_t(t)]) - old_of(size_t(t)));
+      rho_s = std::exp(lr / n_s);
+      pg_s = pg_of(rho_s, A);
+      for (int32_t t = b; t < e; ++t) {
+        const double w = in.weights.empty() ? 1.0 : double(in.weights[size_t(t)]);
+        K_s += c * m[size_t(t)] * w * isw[size_t(t)];
+      }
+      M.clip_low += pg_s.low;
+      M.clip_high += pg_s.high;
+      M.clip_region += pg_s.low || pg_s.high;
+      M.n_clip += 1;
     }
     for (int32_t ti = b; ti < e; ++ti) {
       const size_t t = size_t(ti);
       const double lp = in.logp[t], mt = m[t];
-      const double rho = std::exp(lp - old_of(t));
-      const bool low = rho < 1.0 - cfg.epsilon && A < 0, high = rho > 1.0 + cfg.epsilon_high && A > 0;
-      const double clipped_rho = std::clamp(rho, 1.0 - cfg.epsilon, 1.0 + double(cfg.epsilon_high));
-      const double pg = -std::min(rho * A, clipped_rho * A);
-      double isw = seq_w;
-      if (cfg.is_mode == IsMode::token_truncate || cfg.is_mode == IsMode::token_mask) {
-        const double r = std::exp(mt * (old_of(t) - in.rollout_logp[t]));
-        if (mt != 0) is_stat(r);
-        isw = cap(r);
+      const double w = in.weights.empty() ? 1.0 : double(in.weights[t]);
+      const double rho = seq_level ? rho_s : std::exp(lp - old_of(t));
+      const Pg pg = seq_level ? pg_s : pg_of(rho, A);
+      double term, dterm;
+      if (cispo) {
+        const double cw = std::min(rho, double(cfg.epsilon_high));  // detached: no d/d rho
+        term = -isw[t] * cw * A * lp;
+        dterm = -isw[t] * cw * A;
+      } else {
+        term = isw[t] * pg.value;
+        // Token level: d rho_t / d logp_t = rho_t. Sequence level: added below through K_s.
+        dterm = seq_level ? 0.0 : isw[t] * pg.d_rho * rho;
       }
-      double term = isw * pg, dterm = (low || high) ? 0.0 : -isw * A * rho;
       double kl = 0;
       if (cfg.beta != 0.f) {
         const double d = in.ref_logp[t] - lp, ed = std::exp(d);
@@ -184,15 +243,18 @@ GrpoLossOutput grpo_loss(const GrpoLossConfig& cfg, const GrpoLossInput& in, con
         term += cfg.beta * kl;
         dterm += cfg.beta * (1.0 - ed);
       }
-      const double w = in.weights.empty() ? 1.0 : double(in.weights[t]);
       loss += c * mt * w * term;
-      out.dlogp[t] = float(c * mt * w * dterm);
+      double g = c * mt * w * dterm;
+      if (seq_level && !cispo) g += K_s * pg.d_rho * rho_s * mt / n_s;
+      out.dlogp[t] = float(g);
 
       M.kl_sum += mt * kl;
       if (!in.entropy.empty()) M.entropy_sum += mt * in.entropy[t];
-      M.clip_low += mt * low;
-      M.clip_high += mt * high;
-      M.clip_region += mt * (low || high);
+      if (!seq_level) {
+        M.clip_low += mt * pg.low;
+        M.clip_high += mt * pg.high;
+        M.clip_region += mt * (pg.low || pg.high);
+      }
       if (!in.rollout_logp.empty() && mt != 0) {
         const double dd = lp - in.rollout_logp[t];
         M.roll_abs_sum += std::fabs(dd);
@@ -203,6 +265,7 @@ GrpoLossOutput grpo_loss(const GrpoLossConfig& cfg, const GrpoLossInput& in, con
     }
   }
   M.n_tokens = n_tok;
+  if (!seq_level) M.n_clip = n_tok;
   M.loss = loss;
   out.loss = loss;
   return out;

@@ -33,6 +33,10 @@ struct RolloutBatch {
   int group_size = 0;                   // G
   std::vector<Completion> completions;  // B·G: prompt k owns [k·G, (k+1)·G)
   std::vector<float> advantages;        // B·G
+  // B·G: the trainer's logprobs of each completion under the weights that
+  // generated the batch (TRL's old_per_token_logps); filled by the trainer
+  // before its first step on the batch, when the ratio needs them.
+  std::vector<std::vector<float>> old_logp;
   int64_t n_completion_tokens = 0;
   MetricList metrics;                   // reward/*, accuracy, completion/*, time/rollout, time/reward
 };

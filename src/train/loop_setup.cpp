@@ -54,6 +54,7 @@ GrpoLossConfig loss_config(const RunConfig& cfg) {
   l.epsilon = float(cfg.train.epsilon);
   l.epsilon_high = float(cfg.train.epsilon_high > 0 ? cfg.train.epsilon_high : cfg.train.epsilon);
   l.is_mode = is_mode_from_string(cfg.train.importance_sampling).value();
+  l.is_level = is_level_from_string(cfg.train.importance_sampling_level).value();
   l.is_cap = float(cfg.train.importance_sampling_cap);
   l.mask_truncated_completions = cfg.train.mask_truncated_completions;
   l.max_completion_length = int(cfg.rollout.max_new_tokens);
@@ -109,6 +110,7 @@ Status write_run_files(const LoopRun& r, const PreparedPrompt* example) {
   j["loss"] = {{"type", loss_type_name(r.trainer.loss.loss_type)}, {"epsilon", t.epsilon},
                {"epsilon_high", t.epsilon_high > 0 ? t.epsilon_high : t.epsilon}, {"beta", t.beta},
                {"importance_sampling", is_mode_name(r.trainer.loss.is_mode)},
+               {"importance_sampling_level", is_level_name(r.trainer.loss.is_level)},
                {"trainer_temperature", r.cfg.rollout.temperature},
                {"rollout_logprobs", logprobs_mode_name(r.rollout_cfg.params.logprobs_mode)}};
   j["steps"] = {{"optimizer_steps", t.steps},

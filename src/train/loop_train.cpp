@@ -8,27 +8,51 @@
 
 namespace grpo {
 
-Result<MetricList> policy_train_step(PolicyTrainer& t, const RolloutBatch& batch, size_t begin, size_t end,
+namespace {
+
+GrpoSample sample_of(const RolloutBatch& batch, size_t i) {
+  const Completion& c = batch.completions[i];
+  GrpoSample s;
+  s.prompt = c.out.prompt_ids;
+  s.completion = c.out.completion_ids;
+  s.advantage = batch.advantages[i];
+  s.truncated = c.truncated;
+  s.rollout_logp = c.out.logprobs;
+  return s;
+}
+
+MicroBatchOptions micro_options(const PolicyTrainer& t, size_t count) {
+  const int accum = std::max(1, t.grad_accum);
+  const int per_micro = (int(count) + accum - 1) / accum;
+  MicroBatchOptions mb;
+  mb.max_seqs = std::max(1, std::min(t.micro_batch, per_micro));
+  return mb;
+}
+
+}  // namespace
+
+Result<MetricList> policy_train_step(PolicyTrainer& t, RolloutBatch& batch, size_t begin, size_t end,
                                      bool use_old_logp) {
   GRPO_CHECK(t.ctx && t.w && begin < end && end <= batch.completions.size());
   Context& ctx = *t.ctx;
   const double t0 = now_seconds();
-  std::vector<GrpoSample> samples(end - begin);
+  if (use_old_logp && batch.old_logp.empty()) {
+    // TRL's old_per_token_logps: one no-grad pass over the whole generation
+    // batch while the weights are still those that sampled it.
+    std::vector<GrpoSample> all;
+    for (size_t i = 0; i < batch.completions.size(); ++i) all.push_back(sample_of(batch, i));
+    auto old = compute_logprobs(ctx, t.model, *t.w, all, micro_options(t, end - begin));
+    if (!old.ok()) return old.status().with_context("old logprobs of the generation batch");
+    batch.old_logp = std::move(old).value();
+  }
+  std::vector<GrpoSample> samples;
   for (size_t i = begin; i < end; ++i) {
-    const Completion& c = batch.completions[i];
-    GrpoSample& s = samples[i - begin];
-    s.prompt = c.out.prompt_ids;
-    s.completion = c.out.completion_ids;
-    s.advantage = batch.advantages[i];
-    s.truncated = c.truncated;
-    s.rollout_logp = c.out.logprobs;
-    if (use_old_logp) s.old_logp = c.out.logprobs;
+    samples.push_back(sample_of(batch, i));
+    if (use_old_logp) samples.back().old_logp = batch.old_logp[i];
   }
   GrpoStepOptions so;
   so.loss = t.loss;
-  const int count = int(samples.size());
-  const int per_micro = (count + std::max(1, t.grad_accum) - 1) / std::max(1, t.grad_accum);
-  so.micro.max_seqs = std::max(1, std::min(t.micro_batch, per_micro));
+  so.micro = micro_options(t, samples.size());
   if (t.ref) {
     auto ref = compute_logprobs(ctx, t.model, *t.ref, samples, so.micro);
     if (!ref.ok()) return ref.status().with_context("reference logprobs");
@@ -56,7 +80,12 @@ Result<MetricList> policy_train_step(PolicyTrainer& t, const RolloutBatch& batch
   m.emplace_back("logprob_mismatch/max", g.roll_abs_max);
   m.emplace_back("logprob_mismatch/mean", g.rollout_abs_diff_mean());
   m.emplace_back("rollout_kl", g.rollout_kl());
-  if (t.loss.is_mode != IsMode::none) m.emplace_back("is_ratio/mean", g.is_mean());
+  if (t.loss.is_mode != IsMode::none) {
+    m.emplace_back("is_ratio/mean", g.is_mean());
+    m.emplace_back("is_ratio/min", g.is_min_value());
+    m.emplace_back("is_ratio/max", g.is_max);
+    m.emplace_back("is_ratio/capped_frac", g.is_capped_frac());
+  }
   m.emplace_back("train/micro_batches", double(step.value().n_micro));
   m.emplace_back("time/train", t1 - t0);
   m.emplace_back("train/tokens_per_s", t1 > t0 ? double(step.value().n_tokens) / (t1 - t0) : 0.0);

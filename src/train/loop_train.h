@@ -34,14 +34,20 @@ struct PolicyTrainer {
   int grad_accum = 1;
 };
 
-// One optimizer step over completions [begin, end) of `batch`. With
-// use_old_logp the rollout logprobs are the old policy's (μ > 1 or several
-// steps per generation: the weights have moved since sampling); otherwise the
-// ratio is taken against the detached trainer logprobs (exactly on-policy).
+// One optimizer step over completions [begin, end) of `batch`, as TRL's
+// GRPOTrainer: with use_old_logp (μ > 1 or several optimizer steps per
+// generation: the weights move between sampling and some of these steps) the
+// ratio is taken against the trainer's own logprobs under the weights that
+// generated the batch (batch.old_logp, computed by the first call on the
+// batch, which must come before any optimizer step since generation);
+// otherwise against the detached current logprobs, which are then the same
+// numbers. The importance-sampling correction (loss.is_mode) compares those
+// generation-time trainer logprobs with the sampler's (the completions'
+// logprobs), so it sees the rollout/trainer mismatch in either case.
 // Metrics: loss, kl, entropy, clip_ratio{,/low,/high}, grad_norm, lr,
-// logprob_mismatch/{max,mean}, rollout_kl, is_ratio/mean, time/train,
-// train/tokens_per_s.
-Result<MetricList> policy_train_step(PolicyTrainer& t, const RolloutBatch& batch, size_t begin, size_t end,
+// logprob_mismatch/{max,mean}, rollout_kl, is_ratio/{mean,min,max,capped_frac}
+// (when is_mode ≠ none), time/train, train/tokens_per_s.
+Result<MetricList> policy_train_step(PolicyTrainer& t, RolloutBatch& batch, size_t begin, size_t end,
                                      bool use_old_logp);
 
 }  // namespace grpo

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/log.h"
+#include "kernels/validate.h"
 #include "env/arithmetic.h"
 #include "env/dataset.h"
 #include "env/gsm8k.h"
@@ -60,6 +61,13 @@ Status RunConfig::validate() const {
   c.require(!run.output_dir.empty(), "run.output_dir", run.output_dir, "must not be empty");
   c.one_of("model.dtype", model.dtype, {"bf16", "f16", "f32"});
   c.require(valid_device(model.device), "model.device", model.device, "must be cpu, cuda or cuda:N");
+  {
+    const Device dev = model.device == "cpu" ? Device::cpu : Device::cuda;
+    const DType dt = model.dtype == "f32" ? DType::f32 : model.dtype == "f16" ? DType::f16 : DType::bf16;
+    c.require(backend_runs_dtype(dev, dt), "model.dtype", model.dtype,
+              dev == Device::cpu ? "the CPU backend runs f32 only; set model.dtype = \"f32\" (or model.device = \"cuda\")"
+                                 : "the CUDA backend runs bf16 or f32; set model.dtype = \"bf16\"");
+  }
 
   c.one_of("data.env", data.env, {"gsm8k", "arithmetic", "jsonl"});
   c.require(data.env != "jsonl" || !data.train_path.empty(), "data.train_path", data.train_path,
@@ -113,7 +121,11 @@ Status RunConfig::validate() const {
   c.require(t.grad_accum >= 1, "train.grad_accum", t.grad_accum, "must be >= 1");
   c.require(t.steps_per_generation >= 1, "train.steps_per_generation", t.steps_per_generation, "must be >= 1");
   c.require(t.num_iterations >= 1, "train.num_iterations", t.num_iterations, "must be >= 1");
-  c.one_of("train.loss_type", t.loss_type, {"grpo", "bnpo", "dr_grpo", "dapo"});
+  c.one_of("train.loss_type", t.loss_type, {"grpo", "bnpo", "dr_grpo", "dapo", "cispo"});
+  c.one_of("train.importance_sampling_level", t.importance_sampling_level, {"token", "sequence"});
+  c.require(t.loss_type != "cispo" || t.epsilon_high >= 1, "train.epsilon_high", t.epsilon_high,
+            "loss_type \"cispo\" caps its importance weight at epsilon_high itself (TRL's epsilon_max), so below 1 "
+            "it scales down every on-policy token; set train.epsilon_high >= 1 (ScaleRL uses 5.0)");
   c.require(t.beta >= 0, "train.beta", t.beta, "must be >= 0");
   c.require(t.epsilon > 0 && t.epsilon < 1, "train.epsilon", t.epsilon, "must be in (0, 1)");
   c.require(t.epsilon_high == 0 || t.epsilon_high >= t.epsilon, "train.epsilon_high", t.epsilon_high,

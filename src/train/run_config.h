@@ -87,12 +87,19 @@ struct TrainSection {
   int64_t grad_accum = 1;              // micro-batch groups accumulated per optimizer step
   int64_t steps_per_generation = 1;    // optimizer steps per generation batch
   int64_t num_iterations = 1;          // mu: passes over each generation batch
-  std::string loss_type = "dapo";      // grpo | bnpo | dr_grpo | dapo (as in TRL)
+  std::string loss_type = "dapo";      // grpo | bnpo | dr_grpo | dapo | cispo (as in TRL)
+  // Importance ratio per token, or one per sequence from the mean log-ratio of its tokens
+  // (GSPO; TRL's importance_sampling_level): token | sequence.
+  std::string importance_sampling_level = "token";
   double beta = 0.0;                   // KL coefficient; 0 = no reference model
   double epsilon = 0.2;                // clip low
-  double epsilon_high = 0.0;           // clip high; 0 = same as epsilon (DAPO uses 0.28)
+  // Clip high; 0 = same as epsilon (DAPO uses 0.28). cispo: the cap of its detached
+  // importance weight min(ratio, epsilon_high) itself (TRL's ε_max; ScaleRL uses 5.0), >= 1.
+  double epsilon_high = 0.0;
   std::string scale_rewards = "group"; // group | batch | none (std used to scale advantages)
-  std::string importance_sampling = "none";  // none | token_truncate | token_mask | sequence_truncate | sequence_mask
+  // Correction for the rollout engine's sampling logprobs differing from the trainer's
+  // (TRL's vllm_importance_sampling_mode): none | token_truncate | token_mask | sequence_truncate | sequence_mask
+  std::string importance_sampling = "none";
   double importance_sampling_cap = 2.0;      // C of truncated/masked IS, >= 1
   bool mask_truncated_completions = false;
 };
