@@ -20,9 +20,18 @@
 // checkpoint's step before appending. Scheduled checkpoints are taken at
 // generation-batch boundaries (a step inside a batch defers its checkpoint to
 // the batch's end) so that no sampled-but-untrained batch is lost.
+//
+// Stopping: a run directory is locked for the whole run (run_dir.h). When
+// *stop_signal turns non-zero (the CLI's SIGINT/SIGTERM handler sets it) the
+// loop finishes the step in progress, skips that step's eval, writes a
+// checkpoint and returns with TrainLoopResult::stop_signal set. A run whose
+// optimizer skips train.max_consecutive_skipped_steps steps in a row
+// (non-finite gradients) ends with an error.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 
 #include "train/metrics_writer.h"
@@ -37,12 +46,17 @@ struct TrainLoopOptions {
   int n_threads = 0;              // CPU threads; 0 = all
   std::FILE* console = stderr;    // progress and summaries; nullptr = silent
   int64_t stop_after_steps = 0;   // > 0: end this process after this many steps (tests: a killed run)
+  bool resume_with_changes = false;  // resume although the config differs from the run's config.toml
+  // Polled between steps; non-zero (a signal number) = stop after the current step with a checkpoint.
+  const std::atomic<int>* stop_signal = nullptr;
+  std::function<void(int64_t step)> on_step;  // after each optimizer step, its metrics written
 };
 
 struct TrainLoopResult {
   int64_t steps = 0;              // optimizer steps completed in total
   bool stopped_early = false;
-  std::string last_checkpoint;    // "" when none was written
+  int stop_signal = 0;            // the *stop_signal value that ended the run; 0 = it ran to its end
+  std::string last_checkpoint;    // "" when none was written (on a stop: the resumed one, if any)
   MetricList last_eval;
   std::string out_dir;
 };
