@@ -226,7 +226,9 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
           "); the weights no longer change, so the run stops here. Lower train.lr, check the model and data, or "
           "raise train.max_consecutive_skipped_steps (0 = never stop)");
     }
-    if (stop_requested()) break;  // the step is done; its eval and scheduled checkpoint give way to the stop's
+    // The step is done; its eval and scheduled checkpoint give way to the stop's. After the
+    // last step the run simply ends as usual.
+    if (st.step < cfg.train.steps && stop_requested()) break;
 
     if (cfg.eval.every > 0 && (st.step % cfg.eval.every == 0 || st.step == cfg.train.steps)) GRPO_TRY(do_eval(st.step));
     if (cfg.checkpoint.every > 0 && st.step % cfg.checkpoint.every == 0) ckpt_due = true;
