@@ -140,6 +140,32 @@ TEST(GrpoLoopStop, FlagSetBeforeTheFirstStepSavesNothing) {
   fs::remove_all(out);
 }
 
+// With mu = 2 a generation batch feeds two steps: a stop after the first saves
+// inside the batch, marked so, and the resumed run completes.
+TEST(GrpoLoopStop, StopInsideAGenerationBatchSavesMidGeneration) {
+  const std::string out = make_temp_dir("stop_mid");
+  std::atomic<int> flag{0};
+  TrainLoopOptions o = quiet_options(out);
+  o.stop_signal = &flag;
+  o.on_step = [&](int64_t step) {
+    if (step == 1) flag.store(SIGINT);
+  };
+  auto r = grpo_train(tiny_config(4, {"train.num_iterations=2"}), o);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->steps, 1);
+  ASSERT_EQ(r->last_checkpoint, out + "/checkpoint-1");
+  const auto state = nlohmann::json::parse(slurp(out + "/checkpoint-1/trainer_state.json"));
+  EXPECT_EQ(state["step"], 1);
+  EXPECT_EQ(state["mid_generation"], true);
+  TrainLoopOptions o2 = quiet_options(out);
+  o2.resume = true;
+  auto r2 = grpo_train(tiny_config(4, {"train.num_iterations=2"}), o2);
+  ASSERT_TRUE(r2.ok()) << r2.status().message();
+  EXPECT_EQ(r2->steps, 4);
+  EXPECT_EQ(read_metrics(out + "/metrics.jsonl").steps.size(), 4u);
+  fs::remove_all(out);
+}
+
 TEST(RunDirLock, SecondHolderFailsNamingThePid) {
   const std::string dir = make_temp_dir("lock") + "/run";  // created by acquire
   auto a = RunDirLock::acquire(dir);
