@@ -2,7 +2,18 @@
 // the end-to-end GRPO loop (train/grpo_loop.h). The config is parsed and
 // validated completely (unknown keys, bad values, missing files) before any
 // model is loaded; `--print-config` shows the resolved config and exits.
+//
+// SIGINT / SIGTERM: the first one lets the loop finish its step and write a
+// checkpoint, then the resume command is printed and the process exits with
+// 128 + the signal number (130 / 143, as shells report a death by signal);
+// a second one exits at once with the same status.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cctype>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -16,7 +27,7 @@ namespace {
 struct Args {
   std::string config, out, resume_from;
   std::vector<std::string> sets;
-  bool resume = false, print_config = false, list_keys = false;
+  bool resume = false, resume_with_changes = false, print_config = false, list_keys = false;
   int threads = 0;
   int64_t stop_after = 0;
 };
@@ -29,6 +40,46 @@ grpo::LogLevel level_of(const std::string& s) {
   return grpo::LogLevel::info;
 }
 
+// Set by the signal handler, polled by the loop between steps.
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the stop flag is written from a signal handler");
+
+void on_stop_signal(int sig) {
+  if (g_stop_signal.load() != 0) _exit(128 + sig);
+  g_stop_signal.store(sig);
+  static const char msg[] =
+      "\ngrpo train: stop requested; finishing the current step and writing a checkpoint "
+      "(press Ctrl-C or send the signal again to exit at once, without saving)\n";
+  ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
+  (void)ignored;
+}
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // file writes in progress carry on; the loop polls the flag
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+// Single-quotes an argument for a POSIX shell when it holds anything but safe characters.
+std::string shell_quote(const std::string& s) {
+  bool plain = !s.empty();
+  for (char c : s) plain = plain && (std::isalnum(static_cast<unsigned char>(c)) || std::strchr("@%+=:,./_-", c));
+  if (plain) return s;
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string resume_command(const Args& a, const std::string& out_dir) {
+  std::string cmd = "grpo train " + shell_quote(a.config) + " --out " + shell_quote(out_dir) + " --resume";
+  for (const auto& s : a.sets) cmd += " --set " + shell_quote(s);
+  if (a.threads > 0) cmd += " --threads " + std::to_string(a.threads);
+  return cmd;
+}
+
 grpo::cli::CommandRegistrar reg("train", "Train a model with GRPO from a TOML run config (rollouts + rewards + updates)",
                                 [](CLI::App* sub) {
   auto a = std::make_shared<Args>();
@@ -39,13 +90,16 @@ grpo::cli::CommandRegistrar reg("train", "Train a model with GRPO from a TOML ru
                                "Continue a run: from the latest complete checkpoint in the run directory, "
                                "or from the checkpoint directory given")
                    ->expected(0, 1);
+  sub->add_flag("--resume-with-changes", a->resume_with_changes,
+                "Resume (as --resume) although the config differs from the run's config.toml; "
+                "the differences are listed and config.toml is replaced");
   sub->add_option("--threads", a->threads, "CPU threads (0 = all cores)");
   sub->add_flag("--print-config", a->print_config, "Print the resolved config (TOML) and exit");
   sub->add_flag("--list-keys", a->list_keys, "List every config key and exit");
   sub->add_option("--stop-after", a->stop_after, "End after this many steps without a final checkpoint (testing resume)")
       ->group("");
   return [a, res]() {
-    a->resume = res->count() > 0;
+    a->resume = res->count() > 0 || a->resume_with_changes;
     if (a->list_keys) {
       for (const auto& k : grpo::run_config_keys()) std::printf("%s\n", k.c_str());
       std::printf("reward.<name>.<param>\n");
@@ -66,10 +120,23 @@ grpo::cli::CommandRegistrar reg("train", "Train a model with GRPO from a TOML ru
     o.resume_from = a->resume_from;
     o.n_threads = a->threads;
     o.stop_after_steps = a->stop_after;
+    o.resume_with_changes = a->resume_with_changes;
     o.console = cfg.value().log.level == "quiet" ? nullptr : stderr;
+    o.stop_signal = &g_stop_signal;
+    install_stop_handlers();
     const double t0 = grpo::now_seconds();
     auto r = grpo::grpo_train(cfg.value(), o);
     if (!r.ok()) return grpo::cli::fail("train", r.status().message());
+    if (const int sig = r.value().stop_signal) {
+      const char* name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
+      if (r.value().last_checkpoint.empty())
+        std::fprintf(stderr, "grpo train: stopped by %s before the first step ended; nothing to resume\n", name);
+      else
+        std::fprintf(stderr, "grpo train: stopped by %s after step %lld; checkpoint %s\nresume with: %s\n", name,
+                     (long long)r.value().steps, r.value().last_checkpoint.c_str(),
+                     resume_command(*a, r.value().out_dir).c_str());
+      return 128 + sig;
+    }
     if (o.console)
       std::fprintf(stderr, "grpo train: %lld steps%s in %.1f s; metrics in %s/metrics.jsonl\n",
                    (long long)r.value().steps, r.value().stopped_early ? " (early stop)" : "",

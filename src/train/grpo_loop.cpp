@@ -13,6 +13,7 @@
 #include "train/metrics_jsonl.h"
 #include "train/metrics_progress.h"
 #include "train/plot.h"
+#include "train/run_dir.h"
 #include "train/tensorboard.h"
 
 namespace grpo {
@@ -74,7 +75,8 @@ class Writers {
       multi_.add(std::move(w));
     }
     if (cfg.log.tensorboard) {
-      GRPO_ASSIGN_OR_RETURN(auto w, TensorBoardWriter::open((fs::path(out_dir) / "tb").string()));
+      GRPO_ASSIGN_OR_RETURN(auto w, TensorBoardWriter::open_run((fs::path(out_dir) / "tb").string(),
+                                                                resume ? resume_step : -1));
       multi_.add(std::move(w));
     }
     return ok_status();
@@ -108,6 +110,12 @@ bool early_stop_update(const RunConfig& cfg, const MetricList& ev, int64_t step,
 }  // namespace
 
 Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptions& opt) {
+  // Config errors first, so that a bad config leaves no run directory behind.
+  GRPO_TRY(cfg_in.validate());
+  GRPO_TRY(run_config_resolve_paths(cfg_in).status());
+  const std::string out_dir = opt.out_dir.empty() ? cfg_in.run.output_dir : opt.out_dir;
+  GRPO_ASSIGN_OR_RETURN(RunDirLock lock, RunDirLock::acquire(out_dir));
+  if (opt.resume) GRPO_TRY(run_dir_check_resume_config(out_dir, cfg_in, opt.resume_with_changes, opt.console));
   GRPO_ASSIGN_OR_RETURN(std::unique_ptr<LoopRun> run, loop_setup(cfg_in, opt));
   LoopRun& r = *run;
   const RunConfig& cfg = r.cfg;
@@ -134,7 +142,10 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     if (early_stop_update(cfg, res.last_eval, step, st)) st.stopped_early = true;
     return ok_status();
   };
+  int64_t saved_step = -1;
   auto save = [&](bool mid_generation) -> Status {
+    if (saved_step == st.step) return ok_status();
+    saved_step = st.step;
     st.mid_generation = mid_generation;
     st.data_epoch = r.cursor->epoch();
     st.data_index = r.cursor->index();
@@ -154,7 +165,12 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
   int64_t batch_pos = 0;  // optimizer steps taken on `batch`
   bool ckpt_due = false;
   int64_t steps_this_run = 0;
-  while (st.step < cfg.train.steps && !st.stopped_early) {
+  int64_t n_skipped_in_row = 0;
+  auto stop_requested = [&] {
+    if (opt.stop_signal && opt.stop_signal->load() != 0) res.stop_signal = opt.stop_signal->load();
+    return res.stop_signal != 0;
+  };
+  while (st.step < cfg.train.steps && !st.stopped_early && !stop_requested()) {
     const double t_step = now_seconds();
     MetricList rec;
     if (!batch) {
@@ -198,6 +214,21 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     rec.emplace_back("epoch", double(r.cursor->epoch()));
     if (st.step % cfg.log.every == 0 || st.step == cfg.train.steps) GRPO_TRY(writers.write(st.step, rec));
     if (r.progress) r.progress->update(st.step, progress_fields(rec, res.last_eval));
+    if (opt.on_step) opt.on_step(st.step);
+    n_skipped_in_row = find_metric(tm.value(), "optimizer/skipped", 0.0) > 0 ? n_skipped_in_row + 1 : 0;
+    if (cfg.train.max_consecutive_skipped_steps > 0 && n_skipped_in_row >= cfg.train.max_consecutive_skipped_steps) {
+      if (r.progress) r.progress->finish();
+      return error_status(
+          "step " + std::to_string(st.step) + ": the last " + std::to_string(n_skipped_in_row) +
+          " optimizer steps were all skipped because the gradients were not finite (loss " +
+          std::to_string(find_metric(tm.value(), "loss", NAN)) + ", grad_norm " +
+          std::to_string(find_metric(tm.value(), "grad_norm", NAN)) +
+          "); the weights no longer change, so the run stops here. Lower train.lr, check the model and data, or "
+          "raise train.max_consecutive_skipped_steps (0 = never stop)");
+    }
+    // The step is done; its eval and scheduled checkpoint give way to the stop's. After the
+    // last step the run simply ends as usual.
+    if (st.step < cfg.train.steps && stop_requested()) break;
 
     if (cfg.eval.every > 0 && (st.step % cfg.eval.every == 0 || st.step == cfg.train.steps)) GRPO_TRY(do_eval(st.step));
     if (cfg.checkpoint.every > 0 && st.step % cfg.checkpoint.every == 0) ckpt_due = true;
@@ -217,14 +248,19 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     std::fprintf(con, "early stopping at step %lld: %s did not improve for %lld evals (best %.4f at step %lld)\n",
                  (long long)st.step, cfg.eval.early_stopping_metric.c_str(), (long long)st.evals_without_improvement,
                  st.best_metric, (long long)st.best_step);
-  if (cfg.checkpoint.save_final || ckpt_due) GRPO_TRY(save(batch.has_value()));
+  if (res.stop_signal) {
+    if (steps_this_run > 0) GRPO_TRY(save(batch.has_value()));
+    else res.last_checkpoint = r.resumed_from;
+  } else if (cfg.checkpoint.save_final || ckpt_due) {
+    GRPO_TRY(save(batch.has_value()));
+  }
   if (cfg.log.plot) {
     PlotOptions po;
     po.title = cfg.run.name.empty() ? fs::path(r.out_dir).filename().string() : cfg.run.name;
     po.metrics = cfg.log.plot_metrics.empty() ? loop_plot_metrics(writers.history()) : cfg.log.plot_metrics;
     GRPO_TRY(plot_write_html((fs::path(r.out_dir) / "plot.html").string(), writers.history(), po));
   }
-  if (con)
+  if (con && !res.stop_signal)
     std::fprintf(con, "done: %lld steps in %s%s%s\n", (long long)st.step, r.out_dir.c_str(),
                  res.last_checkpoint.empty() ? "" : ", checkpoint ", res.last_checkpoint.c_str());
   res.steps = st.step;

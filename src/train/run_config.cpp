@@ -134,6 +134,8 @@ Status RunConfig::validate() const {
   c.one_of("train.importance_sampling", t.importance_sampling,
            {"none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"});
   c.require(t.importance_sampling_cap >= 1, "train.importance_sampling_cap", t.importance_sampling_cap, "must be >= 1");
+  c.require(t.max_consecutive_skipped_steps >= 0, "train.max_consecutive_skipped_steps",
+            t.max_consecutive_skipped_steps, "must be >= 0 (0 = never stop)");
 
   c.require(!reward.empty(), "reward", std::string("[]"), "configure at least one [[reward]] function");
   for (size_t i = 0; i < reward.size(); ++i) {
@@ -182,8 +184,14 @@ Result<RunPaths> run_config_resolve_paths(const RunConfig& cfg, const std::strin
     p.train_data = cfg.data.train_path;
     p.eval_data = cfg.data.eval_path;
   }
-  if (!p.train_data.empty()) GRPO_TRY(need("data.train_path", p.train_data));
-  if (!p.eval_data.empty()) GRPO_TRY(need("data.eval_path", p.eval_data));
+  auto need_file = [&](const std::string& key, const std::string& path) -> Status {
+    GRPO_TRY(need(key, path));
+    if (fs::is_directory(path))
+      return error_status(key + " = \"" + path + "\": is a directory; point it at a JSONL file (one JSON object per line)");
+    return ok_status();
+  };
+  if (!p.train_data.empty()) GRPO_TRY(need_file("data.train_path", p.train_data));
+  if (!p.eval_data.empty()) GRPO_TRY(need_file("data.eval_path", p.eval_data));
   return p;
 }
 
@@ -191,6 +199,29 @@ namespace {
 
 void warn_skipped(const Dataset& d) {
   if (d.report.n_bad > 0) GRPO_LOG_WARN("%s", jsonl_report_summary(d.name, d.report).c_str());
+}
+
+std::string skipped_note(const Dataset& d) {
+  return d.report.n_bad > 0 ? " (" + std::to_string(d.report.n_bad) + " bad lines skipped)" : " (the file is empty)";
+}
+
+// An empty train set, or an empty eval set while evals are on, is a config error:
+// evals are off only when eval.every = 0 says so.
+Status check_example_counts(const RunConfig& cfg, const RunPaths& paths, const Environment& env,
+                            const Dataset* train, const Dataset* test) {
+  const bool arith = cfg.data.env == "arithmetic";
+  if (env.size(Split::train) == 0)
+    return error_status(arith ? "data.arithmetic.train_size = 0: no training examples"
+                              : "data.train_path = \"" + paths.train_data + "\": no examples" +
+                                    (train ? skipped_note(*train) : std::string()));
+  if (cfg.eval.every > 0 && cfg.data.eval_split == "test" && env.size(Split::test) == 0) {
+    const std::string what = arith ? "data.arithmetic.test_size gives no test examples"
+                                   : "data.eval_path = \"" + paths.eval_data + "\": no examples" +
+                                         (test ? skipped_note(*test) : std::string());
+    return error_status(what + ", but eval.every = " + std::to_string(cfg.eval.every) +
+                        " asks for evals; give an eval set, or set eval.every = 0 to train without evals");
+  }
+  return ok_status();
 }
 
 }  // namespace
@@ -210,12 +241,15 @@ Result<std::unique_ptr<Environment>> run_config_make_env(const RunConfig& cfg, c
     ac.test_size = static_cast<size_t>(d.arithmetic.test_size);
     ac.test_permille = static_cast<int>(d.arithmetic.test_permille);
     GRPO_TRY(ac.validate());
-    return std::unique_ptr<Environment>(std::make_unique<ArithmeticEnv>(ac));
+    auto env = std::make_unique<ArithmeticEnv>(ac);
+    GRPO_TRY(check_example_counts(cfg, paths, *env, nullptr, nullptr));
+    return std::unique_ptr<Environment>(std::move(env));
   }
   if (d.env == "gsm8k") {
     GRPO_ASSIGN_OR_RETURN(auto env, gsm8k_env_load({paths.train_data, paths.eval_data}, jo));
     warn_skipped(env->dataset(Split::train));
     warn_skipped(env->dataset(Split::test));
+    GRPO_TRY(check_example_counts(cfg, paths, *env, &env->dataset(Split::train), &env->dataset(Split::test)));
     return std::unique_ptr<Environment>(std::move(env));
   }
   FieldMap map;
@@ -228,10 +262,11 @@ Result<std::unique_ptr<Environment>> run_config_make_env(const RunConfig& cfg, c
   if (!paths.eval_data.empty()) {
     GRPO_ASSIGN_OR_RETURN(test, dataset_load_jsonl(paths.eval_data, "test", map, jo));
   }
-  if (train.size() == 0) return error_status("data.train_path = \"" + paths.train_data + "\": no examples");
   warn_skipped(train);
   warn_skipped(test);
-  return std::unique_ptr<Environment>(std::make_unique<NumericQaEnv>("jsonl", std::move(train), std::move(test)));
+  auto env = std::make_unique<NumericQaEnv>("jsonl", std::move(train), std::move(test));
+  GRPO_TRY(check_example_counts(cfg, paths, *env, &env->dataset(Split::train), &env->dataset(Split::test)));
+  return std::unique_ptr<Environment>(std::move(env));
 }
 
 }  // namespace grpo

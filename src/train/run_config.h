@@ -102,6 +102,11 @@ struct TrainSection {
   std::string importance_sampling = "none";
   double importance_sampling_cap = 2.0;      // C of truncated/masked IS, >= 1
   bool mask_truncated_completions = false;
+  // Optimizer steps skipped in a row (non-finite gradient norm) before the run
+  // ends with an error; 0 = never. There is no loss scaler whose warm-up skips
+  // steps by design, so one skip is an outlier batch and ten in a row, over
+  // fresh rollouts, mean broken weights or data.
+  int64_t max_consecutive_skipped_steps = 10;
 };
 
 struct EvalSection {

@@ -56,6 +56,7 @@ std::vector<Field> fields_of(RunConfig& c) {
       {"train.scale_rewards", &t.scale_rewards}, {"train.importance_sampling", &t.importance_sampling},
       {"train.importance_sampling_cap", &t.importance_sampling_cap},
       {"train.mask_truncated_completions", &t.mask_truncated_completions},
+      {"train.max_consecutive_skipped_steps", &t.max_consecutive_skipped_steps},
       {"eval.every", &e.every}, {"eval.at_start", &e.at_start}, {"eval.greedy", &e.greedy},
       {"eval.temperature", &e.temperature}, {"eval.n_prompts", &e.n_prompts}, {"eval.max_new_tokens", &e.max_new_tokens},
       {"eval.early_stopping_patience", &e.early_stopping_patience},

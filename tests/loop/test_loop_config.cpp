@@ -149,8 +149,15 @@ TEST(TrainCli, RunStopAndResume) {
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
   EXPECT_EQ(checkpoint_latest(out), out + "/checkpoint-2");
+  // A changed config is refused on resume, with the differences listed, unless --resume-with-changes.
   r = run_grpo("train " + cfg + " --out " + out + " --threads 2 --set train.steps=3 --resume " + out + "/checkpoint-1");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("train.steps: 2 -> 3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("checkpoint.every: 1 -> 2"), std::string::npos) << r.output;
+  r = run_grpo("train " + cfg + " --out " + out + " --threads 2 --set train.steps=3 --resume " + out +
+               "/checkpoint-1 --resume-with-changes");
   ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("train.steps: 2 -> 3"), std::string::npos) << r.output;
   EXPECT_EQ(checkpoint_latest(out), out + "/checkpoint-3");
   fs::remove_all(dir);
 }

@@ -288,5 +288,66 @@ TEST(RunConfig, MakesEachEnvironment) {
   EXPECT_EQ((*ej)->score((*ej)->example(Split::train, 1), "<answer>4</answer>"), 1.0f);
 }
 
+// A directory given as a data file, and an empty eval file while evals are on,
+// are errors naming the key and the path; evals are off only by eval.every = 0.
+TEST(RunConfig, DataDirectoriesAndEmptyEvalSetsAreErrors) {
+  const std::string dir = testing::TempDir() + "cfg_data_errors";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/shards");
+  const std::string train = dir + "/train.jsonl", empty = dir + "/empty.jsonl";
+  std::ofstream(train) << "{\"q\":\"1+1?\",\"a\":2}\n";
+  std::ofstream(empty) << "";
+  RunConfig j;
+  j.data.env = "jsonl";
+  j.data.train_path = dir + "/shards";
+  j.data.prompt_field = "q";
+  j.data.answer_field = "a";
+  auto p = run_config_resolve_paths(j);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("data.train_path = \"" + dir + "/shards\": is a directory"), std::string::npos)
+      << p.status().message();
+  j.data.train_path = train;
+  j.data.eval_path = dir + "/shards";
+  p = run_config_resolve_paths(j);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("data.eval_path = \"" + dir + "/shards\": is a directory"), std::string::npos)
+      << p.status().message();
+
+  j.data.eval_path = empty;
+  j.eval.every = 5;
+  p = run_config_resolve_paths(j);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  auto e = run_config_make_env(j, *p);
+  ASSERT_FALSE(e.ok()) << "an empty eval file must not silently turn evals off";
+  for (const std::string f : {"data.eval_path = \"" + empty + "\": no examples", std::string("eval.every = 5"),
+                              std::string("eval.every = 0")})
+    EXPECT_NE(e.status().message().find(f), std::string::npos) << f << " in: " << e.status().message();
+  j.eval.every = 0;  // evals off by the config: the empty file is fine
+  e = run_config_make_env(j, *p);
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  EXPECT_EQ((*e)->size(Split::test), 0u);
+
+  // An empty train file, and a gsm8k eval file that holds no examples.
+  j.data.train_path = empty;
+  e = run_config_make_env(j, *run_config_resolve_paths(j));
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("data.train_path = \"" + empty + "\": no examples (the file is empty)"),
+            std::string::npos) << e.status().message();
+  RunConfig g;
+  g.data.env = "gsm8k";
+  g.data.train_path = std::string(GRPO_SOURCE_DIR) + "/data/gsm8k/test.jsonl";
+  g.data.eval_path = empty;
+  g.eval.every = 10;
+  auto pg = run_config_resolve_paths(g);
+  ASSERT_TRUE(pg.ok()) << pg.status().message();
+  auto eg = run_config_make_env(g, *pg);
+  ASSERT_FALSE(eg.ok());
+  EXPECT_NE(eg.status().message().find("data.eval_path = \"" + empty + "\": no examples"), std::string::npos)
+      << eg.status().message();
+  g.data.eval_split = "train";  // evals on the train split need no eval file
+  EXPECT_TRUE(run_config_make_env(g, *pg).ok());
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace grpo
