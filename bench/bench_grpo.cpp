@@ -9,7 +9,7 @@
 // in the same run, the weight-read + 6·N·tokens floor, and the rollout-vs-trainer
 // logprob mismatch on the same batch (max / mean |Δ|, k3 KL). Writes
 // bench/results/grpo_step-<preset>.json and train_step-<preset>.json
-// (DESIGN.md section 6); bench/run_gpu_bench.sh adds the PyTorch peer. With
+// (format: CONTRIBUTING.md); tools/device/gpu_run.sh adds the PyTorch peer. With
 // --kv-cache-dtype fp8 the engine keeps an FP8 E4M3 KV cache (the mismatch line then
 // shows what that costs in sampler/trainer agreement) and the files get a -kvfp8 suffix.
 #include <cmath>

@@ -6,8 +6,8 @@
 // Prints tokens/s, peak device memory, the weight-read floor (weight bytes x decode
 // steps / measured copy bandwidth) and the floor with the decode steps' KV-cache reads
 // added (each generated token reads its sequence's whole context once), and writes
-// bench/results/rollout-<preset>-<workload>.json (DESIGN.md section 6). The peer
-// (transformers generate) is run by bench/run_gpu_bench.sh in the same call and
+// bench/results/rollout-<preset>-<workload>.json (format: CONTRIBUTING.md). The peer
+// (transformers generate) is run by tools/device/gpu_run.sh in the same call and
 // merged by bench/merge_peer.py. --kv-cache-dtype fp8 runs the engine with an FP8
 // E4M3 KV cache (EngineOptions::kv_cache_dtype); its results go to
 // rollout-<preset>-<workload>-kvfp8.json so the default run's file stays as it is.
