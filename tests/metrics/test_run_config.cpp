@@ -329,7 +329,9 @@ TEST(RunConfig, DataDirectoriesAndEmptyEvalSetsAreErrors) {
 
   // An empty train file, and a gsm8k eval file that holds no examples.
   j.data.train_path = empty;
-  e = run_config_make_env(j, *run_config_resolve_paths(j));
+  auto paths = run_config_resolve_paths(j);
+  ASSERT_TRUE(paths.ok()) << paths.status().message();
+  e = run_config_make_env(j, *paths);
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("data.train_path = \"" + empty + "\": no examples (the file is empty)"),
             std::string::npos) << e.status().message();
