@@ -47,7 +47,10 @@ grpo::cli::CommandRegistrar reg("train", "Train a model with GRPO from a TOML ru
   return [a, res]() {
     a->resume = res->count() > 0;
     if (a->list_keys) {
-      for (const auto& k : grpo::run_config_keys()) std::printf("%s\n", k.c_str());
+      for (const auto& k : grpo::run_config_keys()) {
+        const std::string values = grpo::run_config_key_values(k);
+        std::printf(values.empty() ? "%s\n" : "%s  (%s)\n", k.c_str(), values.c_str());
+      }
       std::printf("reward.<name>.<param>\n");
       return 0;
     }

@@ -23,12 +23,14 @@ Result<MetricList> policy_train_step(PolicyTrainer& t, const RolloutBatch& batch
     s.truncated = c.truncated;
     s.rollout_logp = c.out.logprobs;
     if (use_old_logp) s.old_logp = c.out.logprobs;
+    s.weights = c.loss_weights;
   }
   GrpoStepOptions so;
   so.loss = t.loss;
   const int count = int(samples.size());
   const int per_micro = (count + std::max(1, t.grad_accum) - 1) / std::max(1, t.grad_accum);
   so.micro.max_seqs = std::max(1, std::min(t.micro_batch, per_micro));
+  so.micro.max_tokens = t.micro_tokens;
   if (t.ref) {
     auto ref = compute_logprobs(ctx, t.model, *t.ref, samples, so.micro);
     if (!ref.ok()) return ref.status().with_context("reference logprobs");

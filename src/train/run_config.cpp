@@ -38,6 +38,9 @@ class Checker {
     }
     require(found, key, v, "must be one of " + list);
   }
+  void check(const Status& s) {  // a sub-struct's own validate(), whose message names its keys
+    if (!s.ok() && status_.ok()) status_ = s;
+  }
   void finite(const char* key, double v) { require(std::isfinite(v), key, v, "must be a finite number"); }
   Status status() const { return status_; }
 
@@ -96,7 +99,9 @@ Status RunConfig::validate() const {
   c.require(r.min_p >= 0 && r.min_p < 1, "rollout.min_p", r.min_p, "must be in [0, 1)");
   c.require(r.seed >= 0, "rollout.seed", r.seed, "must be >= 0");
   for (const auto& s : r.stop) c.require(!s.empty(), "rollout.stop", s, "stop strings must not be empty");
-  c.one_of("rollout.kv_cache_dtype", r.kv_cache_dtype, {"auto", "fp8", "fp8_e4m3"});
+  c.require(r.min_new_tokens >= 0 && r.min_new_tokens <= r.max_new_tokens, "rollout.min_new_tokens", r.min_new_tokens,
+            "must be in 0..rollout.max_new_tokens");
+  c.check(engine.validate());
 
   const TrainSection& t = train;
   c.require(t.steps >= 1, "train.steps", t.steps, "must be >= 1");
@@ -110,6 +115,7 @@ Status RunConfig::validate() const {
   c.require(t.adam_eps > 0, "train.adam_eps", t.adam_eps, "must be > 0");
   c.require(t.max_grad_norm >= 0, "train.max_grad_norm", t.max_grad_norm, "must be >= 0 (0 = no clipping)");
   c.require(t.micro_batch >= 1, "train.micro_batch", t.micro_batch, "must be >= 1");
+  c.require(t.micro_batch_tokens >= 1, "train.micro_batch_tokens", t.micro_batch_tokens, "must be >= 1");
   c.require(t.grad_accum >= 1, "train.grad_accum", t.grad_accum, "must be >= 1");
   c.require(t.steps_per_generation >= 1, "train.steps_per_generation", t.steps_per_generation, "must be >= 1");
   c.require(t.num_iterations >= 1, "train.num_iterations", t.num_iterations, "must be >= 1");

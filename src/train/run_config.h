@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
+#include "engine/engine_config.h"
 #include "env/environment.h"
 #include "env/rewards.h"
 
@@ -24,6 +25,7 @@ namespace grpo {
 struct RunSection {
   std::string output_dir = "runs/default";  // metrics, checkpoints, resolved config go here
   std::string name;                         // free label for the run (defaults to the directory name)
+  bool deterministic = false;               // batch-invariant kernels (reductions in a fixed order)
 };
 
 struct ModelSection {
@@ -69,10 +71,8 @@ struct RolloutSection {
   double min_p = 0.0;            // 0 = off
   int64_t seed = 1;
   std::vector<std::string> stop; // stop strings (EOS always stops)
-  // Engine KV cache element type: auto (= model.dtype) | fp8 (alias fp8_e4m3: E4M3, one byte
-  // per element, scale 1.0, saturating at ±448; needs head_dim % 16 == 0). fp8 rollouts are
-  // scored by a trainer that reads unquantised K/V: see train.importance_sampling.
-  std::string kv_cache_dtype = "auto";
+  bool ignore_eos = false;       // keep sampling after EOS (forced lengths for benchmarks)
+  int64_t min_new_tokens = 0;    // EOS / stop ids are banned before this many tokens
 };
 
 struct TrainSection {
@@ -84,6 +84,8 @@ struct TrainSection {
   double adam_beta1 = 0.9, adam_beta2 = 0.99, adam_eps = 1e-8;
   double max_grad_norm = 1.0;          // 0 = no clipping
   int64_t micro_batch = 8;             // sequences per forward/backward
+  int64_t micro_batch_tokens = 8192;   // packed tokens per forward/backward at most (a longer sequence gets its own)
+  bool activation_recompute = false;   // keep only each layer's input; backward re-runs the layer (less memory)
   int64_t grad_accum = 1;              // micro-batch groups accumulated per optimizer step
   int64_t steps_per_generation = 1;    // optimizer steps per generation batch
   int64_t num_iterations = 1;          // mu: passes over each generation batch
@@ -94,6 +96,7 @@ struct TrainSection {
   std::string scale_rewards = "group"; // group | batch | none (std used to scale advantages)
   std::string importance_sampling = "none";  // none | token_truncate | token_mask | sequence_truncate | sequence_mask
   double importance_sampling_cap = 2.0;      // C of truncated/masked IS, >= 1
+  bool importance_sampling_geomean = false;  // sequence_* modes: geometric mean of the token ratios, not their product
   bool mask_truncated_completions = false;
 };
 
@@ -130,6 +133,10 @@ struct RunConfig {
   ModelSection model;
   DataSection data;
   RolloutSection rollout;
+  // Rollout engine: batching, KV pool and its memory budget, CUDA graphs, KV dtype
+  // (engine/engine_config.h). engine.kv_cache_dtype = fp8 rollouts are scored by a
+  // trainer that reads unquantised K/V: see train.importance_sampling.
+  EngineConfig engine;
   TrainSection train;
   std::vector<RewardSpec> reward = {{"correct", 1.0}};  // [[reward]] entries replace this default
   EvalSection eval;
@@ -170,5 +177,7 @@ std::string run_config_to_toml(const RunConfig& cfg);
 nlohmann::ordered_json run_config_to_json(const RunConfig& cfg);
 // Every settable key ("train.lr", ...), in declaration order.
 std::vector<std::string> run_config_keys();
+// The allowed values of an enum-like key ("auto, on, off"), "" for other keys.
+std::string run_config_key_values(const std::string& key);
 
 }  // namespace grpo
