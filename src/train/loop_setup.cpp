@@ -124,6 +124,9 @@ Status write_run_files(const LoopRun& r, const PreparedPrompt* example) {
                {"importance_sampling", is_mode_name(r.trainer.loss.is_mode)},
                {"trainer_temperature", r.cfg.rollout.temperature},
                {"rollout_logprobs", logprobs_mode_name(r.rollout_cfg.params.logprobs_mode)}};
+  j["trainer"] = {{"micro_batch", r.trainer.micro_batch}, {"micro_batch_tokens", r.trainer.micro_tokens},
+                  {"grad_accum", r.trainer.grad_accum}, {"activation_recompute", r.trainer.model.opt.recompute},
+                  {"weight_decay_all", r.trainer.opt.cfg.decay_all}};
   j["steps"] = {{"optimizer_steps", t.steps},
                 {"steps_per_generation_batch", t.steps_per_generation * t.num_iterations},
                 {"sequences_per_generation_batch", r.cfg.rollout.prompts_per_step * r.cfg.rollout.num_generations}};
@@ -206,6 +209,7 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   ac.beta2 = float(cfg.train.adam_beta2);
   ac.eps = float(cfg.train.adam_eps);
   ac.weight_decay = float(cfg.train.weight_decay);
+  ac.decay_all = cfg.train.weight_decay_all;
   ac.max_grad_norm = float(cfg.train.max_grad_norm);
   GRPO_TRY(ac.validate());
   t.opt = optimizer_create(*r.ctx, *r.weights, ac);

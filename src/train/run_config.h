@@ -81,6 +81,7 @@ struct TrainSection {
   std::string lr_schedule = "constant";  // constant | linear | cosine (after warmup)
   int64_t warmup_steps = 0;
   double weight_decay = 0.0;
+  bool weight_decay_all = false;       // also decay norms and biases (HF decays only matrices/embeddings)
   double adam_beta1 = 0.9, adam_beta2 = 0.99, adam_eps = 1e-8;
   double max_grad_norm = 1.0;          // 0 = no clipping
   int64_t micro_batch = 8;             // sequences per forward/backward

@@ -75,6 +75,7 @@ std::vector<Field> fields_of(RunConfig& c) {
       {"engine.gpu_memory_utilization", &g.gpu_memory_utilization}, {"engine.kv_cache_mib", &g.kv_cache_mib},
       {"train.steps", &t.steps}, {"train.lr", &t.lr}, {"train.lr_schedule", &t.lr_schedule},
       {"train.warmup_steps", &t.warmup_steps}, {"train.weight_decay", &t.weight_decay},
+      {"train.weight_decay_all", &t.weight_decay_all},
       {"train.adam_beta1", &t.adam_beta1}, {"train.adam_beta2", &t.adam_beta2}, {"train.adam_eps", &t.adam_eps},
       {"train.max_grad_norm", &t.max_grad_norm}, {"train.micro_batch", &t.micro_batch},
       {"train.micro_batch_tokens", &t.micro_batch_tokens}, {"train.activation_recompute", &t.activation_recompute},

@@ -185,3 +185,30 @@ TEST(GrpoLoopOptions, PrefixHitTokensAreLogged) {
   EXPECT_LE(frac_on, 0.75);  // the first sample of each prompt computes its prompt: at most (G−1)/G
   EXPECT_EQ(frac_off, 0.0);
 }
+
+TEST(GrpoLoopOptions, ActivationRecomputeReachesTheTrainerAndChangesNoNumber) {
+  // Recompute re-runs each layer's forward before its backward with the same deterministic
+  // kernels: the run must be identical, only its memory differs.
+  auto run_with = [](bool recompute, nlohmann::json* trainer) {
+    const std::string out = make_temp_dir("recompute");
+    RunConfig cfg = tiny_config(2, {std::string("train.activation_recompute=") + (recompute ? "true" : "false"),
+                                    "train.micro_batch_tokens=64", "eval.every=0", "checkpoint.save_final=false"});
+    auto r = run(cfg, out);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    std::ifstream f(out + "/run_info.json");
+    *trainer = nlohmann::json::parse(f)["trainer"];
+    MetricsFile m = read_metrics(out + "/metrics.jsonl");
+    std::vector<double> v;
+    for (const auto& s : m.steps) v.push_back(num(s, "loss")), v.push_back(num(s, "grad_norm"));
+    fs::remove_all(out);
+    return v;
+  };
+  nlohmann::json t_on, t_off;
+  const std::vector<double> on = run_with(true, &t_on), off = run_with(false, &t_off);
+  EXPECT_EQ(t_on["activation_recompute"], true);
+  EXPECT_EQ(t_off["activation_recompute"], false);
+  EXPECT_EQ(t_on["micro_batch_tokens"], 64);
+  ASSERT_EQ(on.size(), 4u);
+  EXPECT_EQ(on, off);
+  EXPECT_NE(on[1], 0.0);  // the weights really moved (non-zero gradient)
+}

@@ -40,6 +40,7 @@ kv_cache_dtype = "fp8_e4m3"
 gpu_memory_utilization = 0.75
 kv_cache_mib = 512
 [train]
+weight_decay_all = true
 micro_batch_tokens = 4096
 activation_recompute = true
 importance_sampling = "sequence_truncate"
@@ -66,6 +67,7 @@ TEST(EngineConfig, EveryKeyParsesAndRoundTrips) {
   EXPECT_EQ(r->rollout.min_new_tokens, 64);
   EXPECT_EQ(r->train.micro_batch_tokens, 4096);
   EXPECT_TRUE(r->train.activation_recompute);
+  EXPECT_TRUE(r->train.weight_decay_all);
   EXPECT_TRUE(r->train.importance_sampling_geomean);
   // Dump: enum values by their canonical names; the dump parses back to the same config.
   auto j = run_config_to_json(*r);
