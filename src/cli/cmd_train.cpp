@@ -21,14 +21,6 @@ struct Args {
   int64_t stop_after = 0;
 };
 
-grpo::LogLevel level_of(const std::string& s) {
-  if (s == "debug") return grpo::LogLevel::debug;
-  if (s == "warn") return grpo::LogLevel::warn;
-  if (s == "error") return grpo::LogLevel::error;
-  if (s == "quiet") return grpo::LogLevel::quiet;
-  return grpo::LogLevel::info;
-}
-
 grpo::cli::CommandRegistrar reg("train", "Train a model with GRPO from a TOML run config (rollouts + rewards + updates)",
                                 [](CLI::App* sub) {
   auto a = std::make_shared<Args>();
@@ -62,14 +54,14 @@ grpo::cli::CommandRegistrar reg("train", "Train a model with GRPO from a TOML ru
       std::printf("%s", grpo::run_config_to_toml(cfg.value()).c_str());
       return 0;
     }
-    grpo::log_set_level(level_of(cfg.value().log.level));
+    grpo::log_set_level(cfg.value().log.level);
     grpo::TrainLoopOptions o;
     o.out_dir = cfg.value().run.output_dir;
     o.resume = a->resume;
     o.resume_from = a->resume_from;
     o.n_threads = a->threads;
     o.stop_after_steps = a->stop_after;
-    o.console = cfg.value().log.level == "quiet" ? nullptr : stderr;
+    o.console = cfg.value().log.level == grpo::LogLevel::quiet ? nullptr : stderr;
     const double t0 = grpo::now_seconds();
     auto r = grpo::grpo_train(cfg.value(), o);
     if (!r.ok()) return grpo::cli::fail("train", r.status().message());

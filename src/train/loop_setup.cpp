@@ -192,7 +192,7 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   t.w = r.weights.get();
   t.loss = loss_config(cfg);
   GRPO_TRY(t.loss.validate());
-  t.sched.type = lr_schedule_from_string(cfg.train.lr_schedule).value();
+  t.sched.type = cfg.train.lr_schedule;
   t.sched.lr = cfg.train.lr;
   t.sched.warmup_steps = cfg.train.warmup_steps;
   t.sched.total_steps = cfg.train.steps;
@@ -223,7 +223,7 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   TrainerState& st = r.state;
   st.data_seed = uint64_t(cfg.data.seed);
   st.rollout_seed = uint64_t(cfg.rollout.seed);
-  st.lr_schedule = cfg.train.lr_schedule;
+  st.lr_schedule = enum_name(lr_schedule_names(), cfg.train.lr_schedule);
   st.lr = cfg.train.lr;
   st.warmup_steps = cfg.train.warmup_steps;
   st.total_steps = cfg.train.steps;
@@ -289,7 +289,7 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   sp.logprobs_mode = cfg.rollout.temperature == 1.0 ? LogprobsMode::raw : LogprobsMode::processed;
   GRPO_TRY(sp.validate(r.weights->config.vocab_size).with_context("[rollout]"));
   r.rollout_cfg.seed = uint64_t(cfg.rollout.seed);
-  r.rollout_cfg.scale = scale_rewards_from_string(cfg.train.scale_rewards).value();
+  r.rollout_cfg.scale = cfg.train.scale_rewards;
   r.eval_params.n = 1;
   r.eval_params.temperature = cfg.eval.greedy ? 0.f : float(cfg.eval.temperature);
   r.eval_params.max_tokens = int(cfg.eval.max_new_tokens > 0 ? cfg.eval.max_new_tokens : cfg.rollout.max_new_tokens);
@@ -303,10 +303,11 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   if (ec) return error_status("output directory " + r.out_dir + ": " + ec.message());
   GRPO_TRY(write_run_files(r, peek.empty() ? nullptr : &peek.front()));
 
-  if (opt.console && cfg.log.progress != "off") {
+  if (opt.console && cfg.log.progress != ProgressSetting::off) {
     ProgressOptions po;
-    po.mode = cfg.log.progress == "bar" ? ProgressMode::bar : cfg.log.progress == "plain" ? ProgressMode::plain
-                                                                                          : ProgressMode::automatic;
+    po.mode = cfg.log.progress == ProgressSetting::bar     ? ProgressMode::bar
+              : cfg.log.progress == ProgressSetting::plain ? ProgressMode::plain
+                                                           : ProgressMode::automatic;
     po.plain_every = cfg.log.every;
     r.progress = std::make_unique<ProgressBar>(cfg.train.steps, opt.console, po);
   }

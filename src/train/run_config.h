@@ -15,12 +15,28 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/enum_table.h"
+#include "core/log.h"
 #include "core/status.h"
 #include "engine/engine_config.h"
+#include "env/arithmetic.h"
 #include "env/environment.h"
+#include "env/jsonl.h"
 #include "env/rewards.h"
+#include "train/advantages.h"
+#include "train/lr_schedule.h"
 
 namespace grpo {
+
+enum class ProgressSetting { automatic, bar, plain, off };
+
+// The one name table of each enum-like config value (parsing, messages, --list-keys).
+std::span<const EnumName<ArithmeticStyle>> arithmetic_style_names();  // compact, verbose, expression
+std::span<const EnumName<BadLinePolicy>> bad_line_names();             // fail, skip
+std::span<const EnumName<LrScheduleType>> lr_schedule_names();         // constant, linear, cosine
+std::span<const EnumName<ScaleRewards>> scale_rewards_names();         // group, batch, none
+std::span<const EnumName<ProgressSetting>> progress_names();           // auto, bar, plain, off
+std::span<const EnumName<LogLevel>> log_level_names();                 // debug, info, warn, error, quiet
 
 struct RunSection {
   std::string output_dir = "runs/default";  // metrics, checkpoints, resolved config go here
@@ -37,7 +53,7 @@ struct ModelSection {
 
 struct ArithmeticSection {  // used when data.env = "arithmetic" (see env/arithmetic.h)
   int64_t difficulty = 1;   // 0..3
-  std::string style = "compact";  // compact | verbose | expression
+  ArithmeticStyle style = ArithmeticStyle::compact;
   int64_t train_size = 100000;
   int64_t test_size = 500;
   int64_t test_permille = 100;
@@ -55,7 +71,7 @@ struct DataSection {
   std::string system_prompt;
   std::string eval_split = "test";  // test | train
   int64_t eval_size = 0;            // prompts in the eval set; 0 = the whole split
-  std::string on_bad_line = "fail"; // fail | skip (skipped lines are counted and reported)
+  BadLinePolicy on_bad_line = BadLinePolicy::fail;  // skip: bad lines are counted and reported
   bool shuffle = true;
   int64_t seed = 1;                 // data order and generated problems
   ArithmeticSection arithmetic;
@@ -78,7 +94,7 @@ struct RolloutSection {
 struct TrainSection {
   int64_t steps = 100;                 // optimizer steps
   double lr = 1e-6;
-  std::string lr_schedule = "constant";  // constant | linear | cosine (after warmup)
+  LrScheduleType lr_schedule = LrScheduleType::constant;  // after warmup
   int64_t warmup_steps = 0;
   double weight_decay = 0.0;
   bool weight_decay_all = false;       // also decay norms and biases (HF decays only matrices/embeddings)
@@ -94,7 +110,7 @@ struct TrainSection {
   double beta = 0.0;                   // KL coefficient; 0 = no reference model
   double epsilon = 0.2;                // clip low
   double epsilon_high = 0.0;           // clip high; 0 = same as epsilon (DAPO uses 0.28)
-  std::string scale_rewards = "group"; // group | batch | none (std used to scale advantages)
+  ScaleRewards scale_rewards = ScaleRewards::group;  // std used to scale advantages
   std::string importance_sampling = "none";  // none | token_truncate | token_mask | sequence_truncate | sequence_mask
   double importance_sampling_cap = 2.0;      // C of truncated/masked IS, >= 1
   bool importance_sampling_geomean = false;  // sequence_* modes: geometric mean of the token ratios, not their product
@@ -125,8 +141,8 @@ struct LogSection {
   bool plot = true;          // <output_dir>/plot.html at the end
   std::vector<std::string> plot_metrics;  // empty = plot_default_metrics()
   int64_t every = 1;         // steps between metric records
-  std::string progress = "auto";  // auto | bar | plain | off
-  std::string level = "info";     // debug | info | warn | error | quiet
+  ProgressSetting progress = ProgressSetting::automatic;
+  LogLevel level = LogLevel::info;
 };
 
 struct RunConfig {

@@ -98,6 +98,24 @@ TEST(EngineConfig, EnumValuesComeFromOneTable) {
   EXPECT_EQ(run_config_key_values("engine.cuda_graphs"), "auto, on, off");
   EXPECT_EQ(run_config_key_values("engine.kv_cache_dtype"), "auto, fp8, fp8_e4m3");
   EXPECT_EQ(run_config_key_values("engine.block_size"), "");
+  // The other enum-like keys go through their tables too.
+  expect_error("[train]\nlr_schedule = \"exp\"\n", {"train.lr_schedule = \"exp\": must be one of constant, linear, cosine"});
+  expect_error("[train]\nscale_rewards = \"std\"\n", {"train.scale_rewards = \"std\": must be one of group, batch, none"});
+  expect_error("[log]\nlevel = \"loud\"\n", {"log.level = \"loud\": must be one of debug, info, warn, error, quiet"});
+  expect_error("[log]\nprogress = \"fancy\"\n", {"log.progress = \"fancy\": must be one of auto, bar, plain, off"});
+  expect_error("[data]\non_bad_line = \"drop\"\n", {"data.on_bad_line = \"drop\": must be one of fail, skip"});
+  expect_error("[data.arithmetic]\nstyle = \"long\"\n",
+               {"data.arithmetic.style = \"long\": must be one of compact, verbose, expression"});
+  auto o = run_config_parse("[train]\nlr_schedule = \"cosine\"\n[log]\nlevel = \"warn\"\nprogress = \"off\"\n", "cfg.toml",
+                            {"train.scale_rewards=none", "data.on_bad_line=skip", "data.arithmetic.style=verbose"});
+  ASSERT_TRUE(o.ok()) << o.status().message();
+  EXPECT_EQ(o->train.lr_schedule, LrScheduleType::cosine);
+  EXPECT_EQ(o->log.level, LogLevel::warn);
+  EXPECT_EQ(o->log.progress, ProgressSetting::off);
+  EXPECT_EQ(o->train.scale_rewards, ScaleRewards::none);
+  EXPECT_EQ(o->data.on_bad_line, BadLinePolicy::skip);
+  EXPECT_EQ(o->data.arithmetic.style, ArithmeticStyle::verbose);
+  EXPECT_EQ(run_config_key_values("log.level"), "debug, info, warn, error, quiet");
 }
 
 TEST(EngineConfig, MovedKeySaysWhereItWent) {

@@ -281,7 +281,7 @@ TEST(RunConfig, MakesEachEnvironment) {
   auto bad = run_config_make_env(j, *pj);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find(p + ":2:"), std::string::npos) << bad.status().message();
-  j.data.on_bad_line = "skip";
+  j.data.on_bad_line = BadLinePolicy::skip;
   auto ej = run_config_make_env(j, *pj);
   ASSERT_TRUE(ej.ok()) << ej.status().message();
   EXPECT_EQ((*ej)->size(Split::train), 2u);
