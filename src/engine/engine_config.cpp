@@ -87,14 +87,14 @@ Result<size_t> engine_kv_budget(const EngineConfig& c, Device dev, const MemoryU
 }
 
 size_t engine_buffer_bytes(const ModelConfig& mc, DType model_dtype, int max_num_seqs, int max_num_batched_tokens,
-                           int max_model_len) {
+                           int max_model_len, int block_size) {
   const size_t T = size_t(std::max(max_num_batched_tokens, max_num_seqs)), N = size_t(max_num_seqs);
   const size_t C = size_t(mc.hidden_size), F = size_t(mc.intermediate_size), D = size_t(mc.head_dim);
   const size_t Hq = size_t(mc.n_heads), V = size_t(mc.vocab_size), es = dtype_size(model_dtype);
   // Forward scratch (transformer.h): x, xn, qkv, q, attn, gate_up, act, logit rows.
   const size_t scratch = es * (T * (2 * C + size_t(mc.qkv_dim()) + 2 * Hq * D + 3 * F) + N * C);
   const size_t step_inputs = 4 * T * (5 + 4);  // tokens, positions, seq, slots, prefill tiles
-  const size_t blocks_per_seq = (size_t(max_model_len) + 15) / 16;
+  const size_t blocks_per_seq = (size_t(max_model_len) + size_t(block_size) - 1) / size_t(block_size);
   const size_t block_table = 4 * N * blocks_per_seq;
   const size_t logits = 4 * N * V;
   const size_t sampling = N * 64;
@@ -126,7 +126,8 @@ Result<EngineOptions> engine_options_from_config(const EngineConfig& c, Device d
   auto kv_dtype = engine_kv_cache_dtype(mc, model_dtype, eo);
   if (!kv_dtype.ok()) return kv_dtype.status().with_context("engine.kv_cache_dtype");
   const int max_len = eo.max_model_len > 0 ? eo.max_model_len : mc.max_position_embeddings;
-  mem.engine_buffers = engine_buffer_bytes(mc, model_dtype, eo.max_num_seqs, eo.max_num_batched_tokens, max_len);
+  mem.engine_buffers =
+      engine_buffer_bytes(mc, model_dtype, eo.max_num_seqs, eo.max_num_batched_tokens, max_len, eo.block_size);
   GRPO_ASSIGN_OR_RETURN(eo.kv_cache_bytes,
                         engine_kv_budget(c, dev, mem, kv_block_bytes(mc, kv_dtype.value(), eo.block_size)));
   GRPO_TRY(engine_kv_blocks(mc, model_dtype, eo).status());

@@ -70,7 +70,7 @@ Result<size_t> engine_kv_budget(const EngineConfig& c, Device dev, const MemoryU
 // Device bytes of the engine's own buffers for these options (forward scratch,
 // step inputs, logits, rope table): what MemoryUse::engine_buffers should hold.
 size_t engine_buffer_bytes(const ModelConfig& mc, DType model_dtype, int max_num_seqs, int max_num_batched_tokens,
-                           int max_model_len);
+                           int max_model_len, int block_size);
 
 // EngineOptions for a model of dtype model_dtype on `dev`. default_max_num_seqs
 // is used when c.max_num_seqs == 0. mem.engine_buffers is computed here (the

@@ -203,7 +203,7 @@ TEST(EngineConfig, OptionsFromConfig) {
   EXPECT_EQ(g->max_num_batched_tokens, 256);
   EXPECT_FALSE(g->enable_prefix_caching);
   EXPECT_EQ(g->cuda_graph_max_context, 128);
-  const size_t buffers = engine_buffer_bytes(mc, DType::bf16, 24, 256, 512);
+  const size_t buffers = engine_buffer_bytes(mc, DType::bf16, 24, 256, 512, 8);
   EXPECT_EQ(g->kv_cache_bytes, (size_t(32) << 20) - (size_t(10) << 20) - buffers);
   // Hand count of the largest part, the logits rows: 24 × 1000 × 4 bytes.
   EXPECT_GT(buffers, size_t(24) * 1000 * 4);
