@@ -32,14 +32,6 @@ struct Args {
   int64_t stop_after = 0;
 };
 
-grpo::LogLevel level_of(const std::string& s) {
-  if (s == "debug") return grpo::LogLevel::debug;
-  if (s == "warn") return grpo::LogLevel::warn;
-  if (s == "error") return grpo::LogLevel::error;
-  if (s == "quiet") return grpo::LogLevel::quiet;
-  return grpo::LogLevel::info;
-}
-
 // Set by the signal handler, polled by the loop between steps.
 std::atomic<int> g_stop_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free, "the stop flag is written from a signal handler");
@@ -101,7 +93,10 @@ grpo::cli::CommandRegistrar reg("train", "Train a model with GRPO from a TOML ru
   return [a, res]() {
     a->resume = res->count() > 0 || a->resume_with_changes;
     if (a->list_keys) {
-      for (const auto& k : grpo::run_config_keys()) std::printf("%s\n", k.c_str());
+      for (const auto& k : grpo::run_config_keys()) {
+        const std::string values = grpo::run_config_key_values(k);
+        std::printf(values.empty() ? "%s\n" : "%s  (%s)\n", k.c_str(), values.c_str());
+      }
       std::printf("reward.<name>.<param>\n");
       return 0;
     }
@@ -113,7 +108,7 @@ grpo::cli::CommandRegistrar reg("train", "Train a model with GRPO from a TOML ru
       std::printf("%s", grpo::run_config_to_toml(cfg.value()).c_str());
       return 0;
     }
-    grpo::log_set_level(level_of(cfg.value().log.level));
+    grpo::log_set_level(cfg.value().log.level);
     grpo::TrainLoopOptions o;
     o.out_dir = cfg.value().run.output_dir;
     o.resume = a->resume;
@@ -121,7 +116,7 @@ grpo::cli::CommandRegistrar reg("train", "Train a model with GRPO from a TOML ru
     o.n_threads = a->threads;
     o.stop_after_steps = a->stop_after;
     o.resume_with_changes = a->resume_with_changes;
-    o.console = cfg.value().log.level == "quiet" ? nullptr : stderr;
+    o.console = cfg.value().log.level == grpo::LogLevel::quiet ? nullptr : stderr;
     o.stop_signal = &g_stop_signal;
     install_stop_handlers();
     const double t0 = grpo::now_seconds();

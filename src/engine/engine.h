@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/context.h"
+#include "engine/engine_options.h"
 #include "engine/model_runner.h"
 #include "engine/sampling_params.h"
 #include "engine/scheduler.h"
@@ -29,27 +30,6 @@
 #include "tokenizer/tokenizer.h"
 
 namespace grpo {
-
-struct EngineOptions {
-  int block_size = 16;
-  size_t kv_cache_bytes = size_t(256) << 20;  // memory budget of the KV pool
-  int n_kv_blocks = 0;                         // > 0: use exactly this many blocks instead
-  int max_num_seqs = 64;
-  int max_num_batched_tokens = 2048;
-  int max_model_len = 0;                       // 0: the model's max_position_embeddings
-  bool enable_prefix_caching = true;
-  bool enable_chunked_prefill = true;
-  bool use_cuda_graphs = false;                // capture decode steps (CUDA only)
-  int cuda_graph_max_context = 0;              // graphs serve contexts up to this (0: min(max_model_len, 2048))
-  uint64_t seed = 0;                           // keys of requests without a seed
-  std::vector<int> eos_token_ids;              // empty: the tokenizer's, else config.json's
-  // Element type of the KV cache (vLLM's kv_cache_dtype): "auto" = the model's dtype;
-  // "fp8" (alias "fp8_e4m3") = OCP FP8 E4M3, one byte per element, K/V rounded to
-  // nearest even on write with scale 1.0 (values beyond ±448 saturate). Halves
-  // (bf16) or quarters (f32) the KV memory and reads; needs head_dim % 16 == 0.
-  std::string kv_cache_dtype = "auto";
-  Status validate() const;
-};
 
 // The KV cache dtype the options give for a model of dtype model_dtype (see
 // EngineOptions::kv_cache_dtype). Errors name the option and what is allowed.
@@ -119,7 +99,7 @@ class Engine {
   int n_kv_blocks() const { return blocks_->n_blocks(); }
   int n_free_kv_blocks() const { return blocks_->n_free(); }
   size_t kv_bytes_per_block() const { return runner_->kv_bytes_per_block(); }  // all layers, K and V, real bytes
-  DType kv_cache_dtype() const { return runner_->options().kv_dtype; }
+  DType kv_cache_dtype() const { return runner_->geometry().kv_dtype; }
   int max_model_len() const { return max_model_len_; }
   const std::vector<int>& eos_token_ids() const { return eos_; }
 

@@ -18,7 +18,7 @@ const char* finish_reason_name(FinishReason r) {
   return "?";
 }
 
-Scheduler::Scheduler(const SchedulerOptions& opt, BlockManager& blocks) : opt_(opt), bm_(blocks) {
+Scheduler::Scheduler(const EngineOptions& opt, BlockManager& blocks) : opt_(opt), bm_(blocks) {
   GRPO_CHECK(opt.max_num_seqs > 0 && opt.max_num_batched_tokens > 0);
 }
 

@@ -71,7 +71,7 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
   b.completions.resize(N);
   std::vector<float> totals(N);
   std::vector<double> fn_sum(rewards.size(), 0.0);
-  double score_sum = 0, len_sum = 0, len_max = 0, n_trunc = 0;
+  double score_sum = 0, len_sum = 0, len_max = 0, n_trunc = 0, prefix_hits = 0, prompt_toks = 0;
   for (size_t i = 0; i < N; ++i) {
     Completion& c = b.completions[i];
     c.out = std::move(outs[i]);
@@ -89,6 +89,8 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
     len_sum += len;
     len_max = std::max(len_max, len);
     n_trunc += c.truncated ? 1 : 0;
+    prefix_hits += c.out.telemetry.prefix_hit_tokens;
+    prompt_toks += c.out.telemetry.prompt_tokens;
     b.n_completion_tokens += int64_t(len);
   }
   AdvantageStats st;
@@ -108,6 +110,9 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
   m.emplace_back("time/rollout", t1 - t0);
   m.emplace_back("time/reward", t2 - t1);
   m.emplace_back("rollout/tokens_per_s", t1 > t0 ? len_sum / (t1 - t0) : 0.0);
+  // Prompt tokens the prefix cache served, summed over the batch's samples (engine telemetry).
+  m.emplace_back("rollout/prefix_hit_tokens", prefix_hits);
+  m.emplace_back("rollout/prefix_hit_frac", prompt_toks > 0 ? prefix_hits / prompt_toks : 0.0);
   return b;
 }
 

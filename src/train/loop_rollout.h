@@ -26,6 +26,9 @@ struct Completion {
   float reward = 0;              // weighted total over the reward functions
   std::vector<float> reward_values;  // unweighted, composer order
   float score = 0;               // the environment's task score in [0, 1]
+  // Per-token loss weights, one per completion token; empty = all ones. The hook
+  // for schemes that weigh tokens differently (tandem training fills it).
+  std::vector<float> loss_weights;
 };
 
 struct RolloutBatch {
@@ -38,7 +41,7 @@ struct RolloutBatch {
   // before its first step on the batch, when the ratio needs them.
   std::vector<std::vector<float>> old_logp;
   int64_t n_completion_tokens = 0;
-  MetricList metrics;                   // reward/*, accuracy, completion/*, time/rollout, time/reward
+  MetricList metrics;                   // reward/*, accuracy, completion/*, rollout/*, time/rollout, time/reward
 };
 
 uint64_t rollout_seed_for(uint64_t seed, int64_t generation, int64_t request);

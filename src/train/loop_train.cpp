@@ -18,6 +18,7 @@ GrpoSample sample_of(const RolloutBatch& batch, size_t i) {
   s.advantage = batch.advantages[i];
   s.truncated = c.truncated;
   s.rollout_logp = c.out.logprobs;
+  s.weights = c.loss_weights;
   return s;
 }
 
@@ -26,6 +27,7 @@ MicroBatchOptions micro_options(const PolicyTrainer& t, size_t count) {
   const int per_micro = (int(count) + accum - 1) / accum;
   MicroBatchOptions mb;
   mb.max_seqs = std::max(1, std::min(t.micro_batch, per_micro));
+  mb.max_tokens = t.micro_tokens;
   return mb;
 }
 

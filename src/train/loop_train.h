@@ -3,7 +3,7 @@
 // the rollout logprobs, backward, clipping, AdamW writing the very weights the
 // engine reads). Reference logprobs (β > 0) come from a frozen copy first.
 //
-// Micro-batches: at most micro_batch sequences (and 8192 packed tokens) each,
+// Micro-batches: at most micro_batch sequences (and micro_tokens packed tokens) each,
 // and at least grad_accum of them when the slice allows. The loss is
 // normalised over the whole slice (S_tot = slice size; dapo: the slice's
 // unmasked completion tokens — TRL's num_items_in_batch when one generation
@@ -31,6 +31,7 @@ struct PolicyTrainer {
   GrpoLossConfig loss;
   LrSchedule sched;
   int micro_batch = 8;
+  int micro_tokens = 8192;  // packed tokens per micro-batch at most
   int grad_accum = 1;
 };
 

@@ -39,6 +39,9 @@ class Checker {
     }
     require(found, key, v, "must be one of " + list);
   }
+  void check(const Status& s) {  // a sub-struct's own validate(), whose message names its keys
+    if (!s.ok() && status_.ok()) status_ = s;
+  }
   void finite(const char* key, double v) { require(std::isfinite(v), key, v, "must be a finite number"); }
   Status status() const { return status_; }
 
@@ -55,6 +58,37 @@ bool valid_device(const std::string& d) {
 }
 
 }  // namespace
+
+std::span<const EnumName<ArithmeticStyle>> arithmetic_style_names() {
+  static constexpr EnumName<ArithmeticStyle> n[] = {
+      {"compact", ArithmeticStyle::compact}, {"verbose", ArithmeticStyle::verbose}, {"expression", ArithmeticStyle::expression}};
+  return n;
+}
+std::span<const EnumName<BadLinePolicy>> bad_line_names() {
+  static constexpr EnumName<BadLinePolicy> n[] = {{"fail", BadLinePolicy::fail}, {"skip", BadLinePolicy::skip}};
+  return n;
+}
+std::span<const EnumName<LrScheduleType>> lr_schedule_names() {
+  static constexpr EnumName<LrScheduleType> n[] = {
+      {"constant", LrScheduleType::constant}, {"linear", LrScheduleType::linear}, {"cosine", LrScheduleType::cosine}};
+  return n;
+}
+std::span<const EnumName<ScaleRewards>> scale_rewards_names() {
+  static constexpr EnumName<ScaleRewards> n[] = {
+      {"group", ScaleRewards::group}, {"batch", ScaleRewards::batch}, {"none", ScaleRewards::none}};
+  return n;
+}
+std::span<const EnumName<ProgressSetting>> progress_names() {
+  static constexpr EnumName<ProgressSetting> n[] = {{"auto", ProgressSetting::automatic}, {"bar", ProgressSetting::bar},
+                                                    {"plain", ProgressSetting::plain}, {"off", ProgressSetting::off}};
+  return n;
+}
+std::span<const EnumName<LogLevel>> log_level_names() {
+  static constexpr EnumName<LogLevel> n[] = {{"debug", LogLevel::debug}, {"info", LogLevel::info},
+                                             {"warn", LogLevel::warn}, {"error", LogLevel::error},
+                                             {"quiet", LogLevel::quiet}};
+  return n;
+}
 
 Status RunConfig::validate() const {
   Checker c;
@@ -82,11 +116,9 @@ Status RunConfig::validate() const {
   c.require(!(data.env == "jsonl" && data.eval_split == "test" && data.eval_path.empty() && eval.every > 0),
             "data.eval_path", data.eval_path, "required for eval.every > 0 on the test split of a jsonl dataset");
   c.require(data.eval_size >= 0, "data.eval_size", data.eval_size, "must be >= 0 (0 = whole split)");
-  c.one_of("data.on_bad_line", data.on_bad_line, {"fail", "skip"});
   c.require(data.seed >= 0, "data.seed", data.seed, "must be >= 0");
   const ArithmeticSection& a = data.arithmetic;
   c.require(a.difficulty >= 0 && a.difficulty <= 3, "data.arithmetic.difficulty", a.difficulty, "must be 0..3");
-  c.one_of("data.arithmetic.style", a.style, {"compact", "verbose", "expression"});
   c.require(a.train_size > 0, "data.arithmetic.train_size", a.train_size, "must be > 0");
   c.require(a.test_size > 0, "data.arithmetic.test_size", a.test_size, "must be > 0");
   c.require(a.test_permille >= 1 && a.test_permille <= 900, "data.arithmetic.test_permille", a.test_permille, "must be 1..900");
@@ -104,13 +136,14 @@ Status RunConfig::validate() const {
   c.require(r.min_p >= 0 && r.min_p < 1, "rollout.min_p", r.min_p, "must be in [0, 1)");
   c.require(r.seed >= 0, "rollout.seed", r.seed, "must be >= 0");
   for (const auto& s : r.stop) c.require(!s.empty(), "rollout.stop", s, "stop strings must not be empty");
-  c.one_of("rollout.kv_cache_dtype", r.kv_cache_dtype, {"auto", "fp8", "fp8_e4m3"});
+  c.require(r.min_new_tokens >= 0 && r.min_new_tokens <= r.max_new_tokens, "rollout.min_new_tokens", r.min_new_tokens,
+            "must be in 0..rollout.max_new_tokens");
+  c.check(engine.validate());
 
   const TrainSection& t = train;
   c.require(t.steps >= 1, "train.steps", t.steps, "must be >= 1");
   c.finite("train.lr", t.lr);
   c.require(t.lr > 0, "train.lr", t.lr, "must be > 0");
-  c.one_of("train.lr_schedule", t.lr_schedule, {"constant", "linear", "cosine"});
   c.require(t.warmup_steps >= 0 && t.warmup_steps <= t.steps, "train.warmup_steps", t.warmup_steps, "must be in 0..train.steps");
   c.require(t.weight_decay >= 0, "train.weight_decay", t.weight_decay, "must be >= 0");
   c.require(t.adam_beta1 >= 0 && t.adam_beta1 < 1, "train.adam_beta1", t.adam_beta1, "must be in [0, 1)");
@@ -118,6 +151,7 @@ Status RunConfig::validate() const {
   c.require(t.adam_eps > 0, "train.adam_eps", t.adam_eps, "must be > 0");
   c.require(t.max_grad_norm >= 0, "train.max_grad_norm", t.max_grad_norm, "must be >= 0 (0 = no clipping)");
   c.require(t.micro_batch >= 1, "train.micro_batch", t.micro_batch, "must be >= 1");
+  c.require(t.micro_batch_tokens >= 1, "train.micro_batch_tokens", t.micro_batch_tokens, "must be >= 1");
   c.require(t.grad_accum >= 1, "train.grad_accum", t.grad_accum, "must be >= 1");
   c.require(t.steps_per_generation >= 1, "train.steps_per_generation", t.steps_per_generation, "must be >= 1");
   c.require(t.num_iterations >= 1, "train.num_iterations", t.num_iterations, "must be >= 1");
@@ -130,7 +164,6 @@ Status RunConfig::validate() const {
   c.require(t.epsilon > 0 && t.epsilon < 1, "train.epsilon", t.epsilon, "must be in (0, 1)");
   c.require(t.epsilon_high == 0 || t.epsilon_high >= t.epsilon, "train.epsilon_high", t.epsilon_high,
             "must be 0 (= epsilon) or >= train.epsilon");
-  c.one_of("train.scale_rewards", t.scale_rewards, {"group", "batch", "none"});
   c.one_of("train.importance_sampling", t.importance_sampling,
            {"none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"});
   c.require(t.importance_sampling_cap >= 1, "train.importance_sampling_cap", t.importance_sampling_cap, "must be >= 1");
@@ -156,8 +189,6 @@ Status RunConfig::validate() const {
   c.require(checkpoint.every >= 0, "checkpoint.every", checkpoint.every, "must be >= 0");
   c.require(checkpoint.keep_last >= 0, "checkpoint.keep_last", checkpoint.keep_last, "must be >= 0 (0 = keep all)");
   c.require(log.every >= 1, "log.every", log.every, "must be >= 1");
-  c.one_of("log.progress", log.progress, {"auto", "bar", "plain", "off"});
-  c.one_of("log.level", log.level, {"debug", "info", "warn", "error", "quiet"});
   return c.status();
 }
 
@@ -229,14 +260,12 @@ Status check_example_counts(const RunConfig& cfg, const RunPaths& paths, const E
 Result<std::unique_ptr<Environment>> run_config_make_env(const RunConfig& cfg, const RunPaths& paths) {
   const DataSection& d = cfg.data;
   JsonlOptions jo;
-  jo.on_bad_line = d.on_bad_line == "skip" ? BadLinePolicy::skip : BadLinePolicy::fail;
+  jo.on_bad_line = d.on_bad_line;
   if (d.env == "arithmetic") {
     ArithmeticConfig ac;
     ac.seed = static_cast<uint64_t>(d.seed);
     ac.difficulty = static_cast<int>(d.arithmetic.difficulty);
-    ac.style = d.arithmetic.style == "verbose"      ? ArithmeticStyle::verbose
-               : d.arithmetic.style == "expression" ? ArithmeticStyle::expression
-                                                    : ArithmeticStyle::compact;
+    ac.style = d.arithmetic.style;
     ac.train_size = static_cast<size_t>(d.arithmetic.train_size);
     ac.test_size = static_cast<size_t>(d.arithmetic.test_size);
     ac.test_permille = static_cast<int>(d.arithmetic.test_permille);

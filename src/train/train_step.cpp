@@ -111,11 +111,12 @@ Result<StepStats> grpo_train_step(Context& ctx, TrainModel& m, ModelWeights& w, 
   norm.n_seqs_total = so.n_seqs_total > 0 ? so.n_seqs_total : int(samples.size());
   norm.dapo_num_items = so.dapo_num_items;
   if (so.loss.loss_type == LossType::dapo && norm.dapo_num_items <= 0) {
-    double n = 0;  // masked completion tokens of the step, after truncation masking
+    double n = 0;  // weighted masked completion tokens of the step (Σ m_t w_t), after truncation masking
     for (auto& s : samples) {
       if (so.loss.mask_truncated_completions && s.truncated) continue;
-      if (s.mask.empty()) n += double(s.completion.size());
-      else for (float x : s.mask) n += x;
+      // Mis-sized mask / weights are reported by gather_field below; they only must not be read past here.
+      for (size_t t = 0; t < s.completion.size(); ++t)
+        n += (t < s.mask.size() ? double(s.mask[t]) : 1.0) * (t < s.weights.size() ? double(s.weights[t]) : 1.0);
     }
     norm.dapo_num_items = std::max(1.0, n);
   }
