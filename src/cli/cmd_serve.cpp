@@ -17,7 +17,7 @@
 #include "core/log.h"
 #include "engine/engine.h"
 #include "model/checkpoint.h"
-#include "server/engine_service.h"
+#include "engine/engine_service.h"
 #include "server/http_server.h"
 #include "tokenizer/tokenizer.h"
 

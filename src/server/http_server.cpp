@@ -39,6 +39,18 @@ std::string bearer(const httplib::Request& req) {
   return h.size() > p.size() && h.compare(0, p.size(), p) == 0 ? h.substr(p.size()) : std::string();
 }
 
+// One X-Policy-Version header (httplib's set_header appends).
+void set_version(httplib::Response& res, int64_t v) {
+  res.headers.erase("X-Policy-Version");
+  res.set_header("X-Policy-Version", std::to_string(v));
+}
+
+std::string fmt_num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  return buf;
+}
+
 bool equal_const_time(const std::string& a, const std::string& b) {
   unsigned char d = a.size() == b.size() ? 0 : 1;
   for (size_t i = 0; i < a.size(); ++i) d |= uint8_t(a[i]) ^ uint8_t(i < b.size() ? b[i] : 0);
@@ -110,7 +122,7 @@ void HttpServer::install_routes() {
   lim.vocab_size = svc_.engine().vocab_size();
 
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    res.set_header("X-Policy-Version", std::to_string(svc_.policy_version()));
+    set_version(res, svc_.policy_version());
     if (opt_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
     if (equal_const_time(bearer(req), opt_.api_key)) return httplib::Server::HandlerResponse::Unhandled;
     send_error(res, api_error(401, "invalid_request_error",
@@ -121,7 +133,7 @@ void HttpServer::install_routes() {
     return httplib::Server::HandlerResponse::Handled;
   });
   s.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
-    res.set_header("X-Policy-Version", std::to_string(svc_.policy_version()));
+    set_version(res, svc_.policy_version());
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     ApiError e = api_error(res.status, "invalid_request_error", "");
     if (res.status == 404) e.message = "no such endpoint: " + req.method + " " + req.path + " (see docs/serve.md)";
@@ -166,12 +178,10 @@ void HttpServer::install_routes() {
     ServiceMetrics& m = svc_.metrics();
     std::string out;
     auto gauge = [&](const char* name, const char* help, double v) {
-      out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " gauge\n" + name + " " +
-             std::to_string(v) + "\n";
+      out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " gauge\n" + name + " " + fmt_num(v) + "\n";
     };
     auto counter = [&](const char* name, const char* help, double v) {
-      out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n" + name + " " +
-             std::to_string(v) + "\n";
+      out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n" + name + " " + fmt_num(v) + "\n";
     };
     gauge("grpo_policy_version", "Optimizer step of the served weights.", double(svc_.policy_version()));
     gauge("grpo_requests_pending", "Requests submitted and not yet in the engine.", g.n_pending);
@@ -346,7 +356,7 @@ void HttpServer::install_routes() {
           meta.policy_version = ch->policy_version();
           for (auto& o : ch->take_outputs()) outs.push_back(std::move(o));
         }
-        res.set_header("X-Policy-Version", std::to_string(meta.policy_version));
+        set_version(res, meta.policy_version);
         json body = kind == ApiKind::completion ? completion_response(*g, outs, tok_, meta)
                     : kind == ApiKind::chat     ? chat_response(*g, outs, tok_, meta)
                                                 : generate_response(*g, outs, meta);
@@ -366,7 +376,7 @@ void HttpServer::install_routes() {
         }
         meta.policy_version = ch->policy_version();
       }
-      res.set_header("X-Policy-Version", std::to_string(meta.policy_version));
+      set_version(res, meta.policy_version);
       res.set_header("Cache-Control", "no-cache");
       finish(200);
       auto state = std::make_shared<std::vector<std::shared_ptr<RequestChannel>>>(chans);

@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "core/status.h"
-#include "server/engine_service.h"
+#include "engine/engine_service.h"
 #include "tokenizer/tokenizer.h"
 
 namespace httplib {

@@ -12,7 +12,7 @@
 #include "core/context.h"
 #include "engine/engine.h"
 #include "model/checkpoint.h"
-#include "server/engine_service.h"
+#include "engine/engine_service.h"
 #include "server/http_server.h"
 #include "server/openai_protocol.h"
 #include "tokenizer/tokenizer.h"

@@ -450,3 +450,31 @@ TEST(Server, ServiceGenerateEqualsEngineGenerate) {
     EXPECT_EQ(got.value()[k].sample_index, want[k].sample_index);
   }
 }
+
+TEST(Server, MetricsPageCountsRequestsTokensAndLatencies) {
+  Served s;
+  auto [st, j] = s.post("/v1/completions", json{{"prompt", kPrompt}, {"max_tokens", 6}, {"ignore_eos", true}, {"n", 2}});
+  ASSERT_EQ(st, 200);
+  s.post("/v1/completions", json{{"prompt", "x"}, {"n", "bad"}});
+  auto r = s.cli->Get("/metrics");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_NE(r->get_header_value("Content-Type").find("text/plain"), std::string::npos);
+  const std::string& m = r->body;
+  auto value = [&](const std::string& series) {
+    const size_t p = m.find("\n" + series + " ");
+    EXPECT_NE(p, std::string::npos) << series;
+    return p == std::string::npos ? -1.0 : std::stod(m.substr(p + series.size() + 2));
+  };
+  EXPECT_EQ(value("grpo_generation_tokens_total"), 12);  // 2 samples x 6 forced tokens
+  EXPECT_EQ(value("grpo_prompt_tokens_total"), double(kPrompt.size()));
+  EXPECT_EQ(value("grpo_requests_finished_total"), 1);
+  EXPECT_EQ(value("grpo_time_to_first_token_seconds_count"), 2);  // per sample
+  EXPECT_EQ(value("grpo_inter_token_latency_seconds_count"), 10);  // 5 gaps per sample
+  EXPECT_EQ(value("grpo_e2e_request_latency_seconds_count"), 1);
+  EXPECT_EQ(value("grpo_time_to_first_token_seconds_bucket{le=\"+Inf\"}"), 2);
+  EXPECT_EQ(value("grpo_kv_cache_usage_perc"), 0);
+  EXPECT_EQ(value("grpo_http_requests_total{endpoint=\"/v1/completions\",status=\"200\"}"), 1);
+  EXPECT_EQ(value("grpo_http_requests_total{endpoint=\"/v1/completions\",status=\"400\"}"), 1);
+  EXPECT_EQ(value("grpo_request_success_total{finished_reason=\"length\"}"), 2);
+}

@@ -1,5 +1,5 @@
 // Server telemetry (see metrics.h).
-#include "server/metrics.h"
+#include "engine/service_metrics.h"
 
 #include <cstdio>
 

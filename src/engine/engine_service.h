@@ -15,6 +15,9 @@
 //
 // The Engine is used only by the loop thread while the service runs (unpaused), and
 // only by the pausing thread while it is paused.
+//
+// It lives in engine/ (not server/) so that the training loop, which sits below the
+// HTTP layer, can route its rollouts through the same queue as outside requests.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -28,7 +31,7 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "server/metrics.h"
+#include "engine/service_metrics.h"
 
 namespace grpo {
 
@@ -110,6 +113,9 @@ class EngineService {
   // max_queued_requests.
   Result<std::vector<RequestOutput>> generate(const std::vector<std::vector<int32_t>>& prompts,
                                               const SamplingParams& params);
+  // As above with one SamplingParams per prompt (per-prompt seeds).
+  Result<std::vector<RequestOutput>> generate(const std::vector<std::vector<int32_t>>& prompts,
+                                              const std::vector<SamplingParams>& params);
 
   // Stops admitting, waits until every admitted request has finished, and parks the
   // loop; the calling thread may then use the engine. Submissions still queue up.

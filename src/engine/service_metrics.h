@@ -1,4 +1,4 @@
-// Server telemetry for the /metrics page (Prometheus text exposition format 0.0.4):
+// Engine-service telemetry for the server's /metrics page (Prometheus text exposition format 0.0.4):
 // counters, and cumulative latency histograms with fixed buckets. Thread-safe.
 #pragma once
 #include <cstdint>

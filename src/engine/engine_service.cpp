@@ -1,5 +1,5 @@
 // Engine service (see engine_service.h).
-#include "server/engine_service.h"
+#include "engine/engine_service.h"
 
 #include <algorithm>
 #include <map>
@@ -109,10 +109,16 @@ Result<std::shared_ptr<RequestChannel>> EngineService::submit(std::vector<int32_
 
 Result<std::vector<RequestOutput>> EngineService::generate(const std::vector<std::vector<int32_t>>& prompts,
                                                            const SamplingParams& params) {
+  return generate(prompts, std::vector<SamplingParams>(prompts.size(), params));
+}
+
+Result<std::vector<RequestOutput>> EngineService::generate(const std::vector<std::vector<int32_t>>& prompts,
+                                                           const std::vector<SamplingParams>& params) {
+  GRPO_CHECK(params.size() == prompts.size());
   std::vector<std::shared_ptr<RequestChannel>> chans;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    auto ch = std::make_shared<RequestChannel>(params.n, false);
-    Status st = enqueue(Pending{prompts[i], params, ch, 0, false}, nullptr);
+    auto ch = std::make_shared<RequestChannel>(params[i].n, false);
+    Status st = enqueue(Pending{prompts[i], params[i], ch, 0, false}, nullptr);
     if (!st.ok()) {
       for (auto& c : chans) c->cancel();
       return st.with_context("prompt " + std::to_string(i));
@@ -120,7 +126,6 @@ Result<std::vector<RequestOutput>> EngineService::generate(const std::vector<std
     chans.push_back(ch);
   }
   std::vector<RequestOutput> result;
-  result.reserve(prompts.size() * size_t(params.n));
   for (size_t i = 0; i < chans.size(); ++i) {
     while (!chans[i]->wait(nullptr, std::chrono::milliseconds(100))) {
     }
