@@ -222,6 +222,9 @@ void EngineService::deliver_step(std::vector<TokenEvent>& evs, std::vector<Reque
     per[e.request_id].first.push_back(std::move(e));
   }
   for (auto& o : outs) per[o.request_id].second.push_back(std::move(o));
+  // Bookkeeping and gauges first, so that a caller woken by its answer already sees
+  // them (the metrics page, the KV pool, the queue limit).
+  std::vector<std::pair<std::shared_ptr<RequestChannel>, decltype(per)::mapped_type*>> handoff;
   for (auto& [rid, v] : per) {
     auto it = active_.find(rid);
     if (it == active_.end()) continue;
@@ -235,9 +238,8 @@ void EngineService::deliver_step(std::vector<TokenEvent>& evs, std::vector<Reque
       }
     }
     a.n_finished += int(v.second.size());
-    const bool over = a.n_finished >= int(a.t_last_token.size());
-    a.ch->deliver(v.first, v.second);
-    if (over) {
+    handoff.emplace_back(a.ch, &v);
+    if (a.n_finished >= int(a.t_last_token.size())) {
       metrics_.e2e_s.observe(now - a.t_submit);
       {
         std::lock_guard<std::mutex> lk(metrics_.mu);
@@ -250,6 +252,8 @@ void EngineService::deliver_step(std::vector<TokenEvent>& evs, std::vector<Reque
       active_.erase(it);
     }
   }
+  publish_gauges();
+  for (auto& [ch, v] : handoff) ch->deliver(v->first, v->second);
 }
 
 void EngineService::loop() {

@@ -12,6 +12,7 @@ namespace grpo {
 namespace {
 
 using Err = std::optional<ApiError>;
+constexpr int kMaxJsonDepth = 32;
 
 ApiError bad(const std::string& param, const std::string& msg) { return ApiError{400, msg, "invalid_request_error", param, ""}; }
 
@@ -31,7 +32,7 @@ Err get_int(const json& j, const char* key, int64_t lo, int64_t hi, std::optiona
              std::fabs(v.get<double>()) < 9e18) {
     x = int64_t(v.get<double>());
   } else {
-    return bad(key, std::string("'") + key + "' must be an integer, got " + v.dump(-1, ' ', false, json::error_handler_t::replace));
+    return bad(key, std::string("'") + key + "' must be an integer, got " + (v.is_number() ? "a non-integral or huge number" : std::string("a ") + v.type_name()));
   }
   if (x < lo || x > hi)
     return bad(key, std::string("'") + key + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
@@ -47,7 +48,7 @@ Err get_float(const json& j, const char* key, double lo, double hi, bool lo_open
   const double x = it->get<double>();
   if (!std::isfinite(x) || x < lo || x > hi || (lo_open && x == lo))
     return bad(key, std::string("'") + key + "' must be in " + (lo_open ? "(" : "[") + std::to_string(lo) + ", " +
-                        std::to_string(hi) + "], got " + it->dump());
+                        std::to_string(hi) + "], got " + std::to_string(x));
   out = x;
   return std::nullopt;
 }
@@ -225,6 +226,25 @@ json ApiError::to_json() const {
 std::string dump_json(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 json parse_body(const std::string& body, ApiError* err) {
+  // Nesting is bounded before parsing: later stages (chat templates, dumps) recurse.
+  int depth = 0;
+  bool in_str = false, esc = false;
+  for (char c : body) {
+    if (in_str) {
+      if (esc) esc = false;
+      else if (c == '\\') esc = true;
+      else if (c == '"') in_str = false;
+    } else if (c == '"') {
+      in_str = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) {
+        *err = bad("", "the request body nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+        return json(nullptr);
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
     *err = bad("", "the request body is not valid JSON; send a JSON object with Content-Type: application/json");

@@ -312,6 +312,9 @@ TEST(Server, BadRequestsGetOpenAiErrorsNamingTheField) {
   expect_error("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", 400, "top_logprobs");
   expect_error("/generate", R"({"prompt": {"ids": [1]}})", 400, "prompt");
   expect_error("/v1/nothing", "{}", 404, "");
+  expect_error("/v1/completions", "{\"prompt\": " + std::string(100, '[') + std::string(100, ']') + "}", 400, "");
+  expect_error("/v1/completions", "{\"prompt\": \"\xff\xfe\"}", 400, "");  // invalid UTF-8
+  expect_error("/v1/completions", R"({"prompt": "a", "n": 1e20})", 400, "n");
   // Unknown fields are ignored; the request still works.
   auto [st, j] = s.post("/v1/completions", json{{"prompt", "1+1?\n"}, {"max_tokens", 2}, {"user", "x"}, {"zzz", {1, 2}}});
   EXPECT_EQ(st, 200) << j.dump();
