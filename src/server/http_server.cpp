@@ -395,6 +395,7 @@ void HttpServer::install_routes() {
                   for (auto& c : chs) c->cancel();
                   return false;
                 }
+            std::vector<size_t> offsets(chs.size() * size_t(n), 0);
             std::vector<bool> over(chs.size(), false);
             size_t n_over = 0;
             std::vector<RequestOutput> outs;
@@ -407,7 +408,8 @@ void HttpServer::install_routes() {
                 for (const auto& e : evs) {
                   const int index = int(i) * n + e.sample_index;
                   const json c = kind == ApiKind::chat ? chat_chunk(*g, index, &e, false, tok_, meta)
-                                                       : completion_chunk(*g, index, e, tok_, meta);
+                                                       : completion_chunk(*g, index, e, tok_, meta, offsets[size_t(index)]);
+                  offsets[size_t(index)] += token_text(tok_, e.token).size();
                   if (!write(c)) {
                     for (auto& ch : chs) ch->cancel();  // the client left: free its KV blocks
                     return false;

@@ -579,7 +579,8 @@ json generate_response(const GenRequest& r, const std::vector<RequestOutput>& ou
   return j;
 }
 
-json completion_chunk(const GenRequest& r, int index, const TokenEvent& e, const Tokenizer* tok, const ResponseMeta& m) {
+json completion_chunk(const GenRequest& r, int index, const TokenEvent& e, const Tokenizer* tok, const ResponseMeta& m,
+                      size_t text_offset) {
   json c{{"index", index}, {"text", e.text_delta}};
   if (r.logprobs >= 0) {
     const std::string s = token_text(tok, e.token);
@@ -589,7 +590,7 @@ json completion_chunk(const GenRequest& r, int index, const TokenEvent& e, const
     c["logprobs"] = json{{"tokens", json::array({s})},
                          {"token_logprobs", json::array({e.logprob})},
                          {"top_logprobs", json::array({top})},
-                         {"text_offset", json::array({0})}};
+                         {"text_offset", json::array({text_offset})}};
   } else {
     c["logprobs"] = nullptr;
   }

@@ -80,8 +80,9 @@ json generate_response(const GenRequest& r, const std::vector<RequestOutput>& ou
 json usage_json(const std::vector<RequestOutput>& outs);
 
 // Streaming pieces: one chunk per token event (choice index = prompt * n + sample).
+// text_offset: bytes of token text of this choice before this token (logprobs.text_offset).
 json completion_chunk(const GenRequest& r, int index, const TokenEvent& e, const Tokenizer* tok,
-                      const ResponseMeta& m);
+                      const ResponseMeta& m, size_t text_offset = 0);
 json chat_chunk(const GenRequest& r, int index, const TokenEvent* e, bool first, const Tokenizer* tok,
                 const ResponseMeta& m);
 

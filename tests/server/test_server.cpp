@@ -481,3 +481,32 @@ TEST(Server, MetricsPageCountsRequestsTokensAndLatencies) {
   EXPECT_EQ(value("grpo_http_requests_total{endpoint=\"/v1/completions\",status=\"400\"}"), 1);
   EXPECT_EQ(value("grpo_request_success_total{finished_reason=\"length\"}"), 2);
 }
+
+TEST(Server, StreamedSamplesAndLogprobsEqualTheNonStreamedOnes) {
+  Served s;
+  json body{{"prompt", kPrompt}, {"n", 2}, {"seed", 5}, {"temperature", 1.5}, {"max_tokens", 10}, {"logprobs", 1},
+            {"ignore_eos", true}};
+  auto [st, whole] = s.post("/v1/completions", body);
+  ASSERT_EQ(st, 200) << whole.dump();
+  body["stream"] = true;
+  auto r = s.cli->Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  std::vector<std::string> text(2);
+  std::vector<std::vector<float>> lps(2);
+  std::vector<std::vector<size_t>> offs(2);
+  for (const auto& d : sse_data(r->body)) {
+    if (d == "[DONE]") continue;
+    json c = json::parse(d);
+    const int i = c["choices"][0]["index"];
+    ASSERT_TRUE(i == 0 || i == 1);
+    text[size_t(i)] += c["choices"][0]["text"].get<std::string>();
+    lps[size_t(i)].push_back(c["choices"][0]["logprobs"]["token_logprobs"][0].get<float>());
+    offs[size_t(i)].push_back(c["choices"][0]["logprobs"]["text_offset"][0].get<size_t>());
+  }
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(text[i], whole["choices"][i]["text"]) << i;
+    EXPECT_EQ(json(lps[i]), whole["choices"][i]["logprobs"]["token_logprobs"]) << i;
+    EXPECT_EQ(json(offs[i]), whole["choices"][i]["logprobs"]["text_offset"]) << i;
+  }
+}
