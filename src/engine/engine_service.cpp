@@ -149,8 +149,8 @@ void EngineService::pause_and_drain() {
 void EngineService::resume() {
   {
     std::lock_guard<std::mutex> lk(mu_);
-    paused_ = false;
-    parked_ = false;
+    paused_ = false;  // parked_ is cleared by the loop when it really leaves the park: a
+                      // pause that comes before it wakes finds it still parked
   }
   cv_.notify_all();
 }

@@ -510,3 +510,17 @@ TEST(Server, StreamedSamplesAndLogprobsEqualTheNonStreamedOnes) {
     EXPECT_EQ(json(offs[i]), whole["choices"][i]["logprobs"]["text_offset"]) << i;
   }
 }
+
+TEST(Server, PauseResumePauseInQuickSuccessionNeverHangs) {
+  Served s;
+  for (int i = 0; i < 200; ++i) {
+    s.svc.pause_and_drain();
+    s.svc.resume();
+  }
+  s.svc.pause_and_drain();
+  s.svc.resume();
+  auto [st, j] = s.post("/v1/completions", json{{"prompt", "1+1?\n"}, {"max_tokens", 2}});
+  EXPECT_EQ(st, 200);
+  auto empty = s.svc.generate(std::vector<std::vector<int32_t>>{}, SamplingParams{});
+  EXPECT_TRUE(empty.ok());
+}
