@@ -137,6 +137,7 @@ class Engine {
   void reset_prefix_cache() { blocks_->reset_prefix_cache(); }
 
   const EngineStats& stats() const { return stats_; }
+  const Context& context() const { return ctx_; }
   const EngineOptions& options() const { return opt_; }
   int n_kv_blocks() const { return blocks_->n_blocks(); }
   int n_free_kv_blocks() const { return blocks_->n_free(); }

@@ -257,6 +257,7 @@ void EngineService::deliver_step(std::vector<TokenEvent>& evs, std::vector<Reque
 }
 
 void EngineService::loop() {
+  engine_.context().make_current();
   std::vector<TokenEvent> evs;
   for (;;) {
     std::deque<Pending> take;
