@@ -38,10 +38,16 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "train/metrics_writer.h"
 #include "train/run_config.h"
+
+namespace grpo {
+class EngineService;
+class Tokenizer;
+}  // namespace grpo
 
 namespace grpo {
 
@@ -56,6 +62,10 @@ struct TrainLoopOptions {
   // Polled between steps; non-zero (a signal number) = stop after the current step with a checkpoint.
   const std::atomic<int>* stop_signal = nullptr;
   std::function<void(int64_t step)> on_step;  // after each optimizer step, its metrics written
+  // With [server] enabled: starts the HTTP front on the loop's engine service (the
+  // CLI links src/server, which sits above train/). The returned handle is released,
+  // stopping the server, before the service and the engine go away.
+  std::function<Result<std::shared_ptr<void>>(EngineService&, const Tokenizer*, const ServerSection&)> start_server;
 };
 
 struct TrainLoopResult {
