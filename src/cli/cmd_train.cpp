@@ -2,13 +2,18 @@
 // the end-to-end GRPO loop (train/grpo_loop.h). The config is parsed and
 // validated completely (unknown keys, bad values, missing files) before any
 // model is loaded; `--print-config` shows the resolved config and exits.
+#include <algorithm>
+#include <csignal>
 #include <cstdio>
+#include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "cli/command.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "server/http_server.h"
 #include "train/grpo_loop.h"
 
 namespace {
@@ -67,6 +72,29 @@ grpo::cli::CommandRegistrar reg("train", "Train a model with GRPO from a TOML ru
     o.n_threads = a->threads;
     o.stop_after_steps = a->stop_after;
     o.console = cfg.value().log.level == "quiet" ? nullptr : stderr;
+    const std::string model_path = cfg.value().model.path;
+    o.start_server = [model_path](grpo::EngineService& svc, const grpo::Tokenizer* tok,
+                                  const grpo::ServerSection& s) -> grpo::Result<std::shared_ptr<void>> {
+      grpo::ServerOptions so;
+      so.host = s.host;
+      so.port = int(s.port);
+      so.api_key = s.api_key;
+      so.served_model_name = s.served_model_name;
+      if (so.served_model_name.empty()) so.served_model_name = std::filesystem::path(model_path).filename().string();
+      if (so.served_model_name.empty()) so.served_model_name = "grpo";
+      so.max_body_bytes = size_t(s.max_body_bytes);
+      so.max_prompt_tokens = int(s.max_prompt_tokens);
+      so.max_tokens_limit = int(std::min<int64_t>(s.max_tokens_limit, 1 << 30));
+      so.max_n = int(s.max_n);
+      so.max_queued_requests = int(s.max_queued_requests);
+      auto http = std::make_shared<grpo::HttpServer>(svc, tok, so);
+      grpo::Status st = http->start();
+      if (!st.ok()) return st.with_context("[server]");
+      std::fprintf(stderr, "grpo train: serving the live policy on http://%s:%d (model '%s')\n", so.host.c_str(),
+                   http->port(), so.served_model_name.c_str());
+      std::signal(SIGPIPE, SIG_IGN);  // a client that leaves mid-stream is a failed write, not a dead trainer
+      return std::shared_ptr<void>(http);
+    };
     const double t0 = grpo::now_seconds();
     auto r = grpo::grpo_train(cfg.value(), o);
     if (!r.ok()) return grpo::cli::fail("train", r.status().message());

@@ -114,6 +114,29 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
   TrainerState& st = r.state;
   std::FILE* con = opt.console;
 
+  // [server]: outside requests share the engine through the service, which runs only
+  // while the loop generates; weights change while it is paused (drained), so every
+  // answer comes from one policy version (the optimizer step).
+  std::unique_ptr<EngineService> svc;
+  std::shared_ptr<void> http;  // declared after svc: released first
+  // Released before http: lets the requests still queued finish, so that stopping the
+  // HTTP workers never waits on a paused service.
+  struct Resume {
+    EngineService* s = nullptr;
+    ~Resume() {
+      if (s) s->resume();
+    }
+  } resume_at_exit;
+  if (cfg.server.enabled) {
+    if (!opt.start_server)
+      return error_status("server.enabled = true, but this program cannot start the HTTP server; run it with `grpo train`");
+    svc = std::make_unique<EngineService>(*r.engine, ServiceOptions{int(cfg.server.max_queued_requests)});
+    svc->pause_and_drain();
+    svc->set_policy_version(st.step);
+    GRPO_ASSIGN_OR_RETURN(http, opt.start_server(*svc, r.tok.get(), cfg.server));
+    resume_at_exit.s = svc.get();
+  }
+
   Writers writers;
   GRPO_TRY(writers.open(cfg, r.out_dir, r.resumed, st.step));
 
@@ -121,7 +144,8 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
   res.out_dir = r.out_dir;
   auto do_eval = [&](int64_t step) -> Status {
     if (r.eval_prompts.empty()) return ok_status();
-    auto ev = rollout_eval(*r.engine, *r.env, *r.rewards, r.eval_prompts, r.eval_params, uint64_t(cfg.rollout.seed));
+    auto ev = rollout_eval(*r.engine, *r.env, *r.rewards, r.eval_prompts, r.eval_params, uint64_t(cfg.rollout.seed),
+                           svc.get());
     if (!ev.ok()) return ev.status().with_context("eval at step " + std::to_string(step));
     r.engine->reset_prefix_cache();
     res.last_eval = ev.value();
@@ -164,7 +188,8 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
         if (!p.ok()) return p.status();
         prompts.push_back(std::move(p).value());
       }
-      auto b = rollout_generate(*r.engine, *r.env, *r.rewards, std::move(prompts), r.rollout_cfg, st.generation);
+      auto b = rollout_generate(*r.engine, *r.env, *r.rewards, std::move(prompts), r.rollout_cfg, st.generation,
+                                svc.get());
       if (!b.ok()) return b.status().with_context("rollout of generation " + std::to_string(st.generation));
       ++st.generation;
       batch = std::move(b).value();
@@ -189,6 +214,7 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     rec = concat(std::move(rec), tm.value());
     rec.emplace_back("time/sync", now_seconds() - t_sync);
     ++st.step;
+    if (svc) svc->set_policy_version(st.step);
     ++steps_this_run;
     if (++batch_pos == mu * spg) batch.reset();
     const double wall = now_seconds() - t_step;

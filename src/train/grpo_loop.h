@@ -23,10 +23,17 @@
 #pragma once
 #include <cstdint>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "train/metrics_writer.h"
 #include "train/run_config.h"
+
+namespace grpo {
+class EngineService;
+class Tokenizer;
+}  // namespace grpo
 
 namespace grpo {
 
@@ -37,6 +44,10 @@ struct TrainLoopOptions {
   int n_threads = 0;              // CPU threads; 0 = all
   std::FILE* console = stderr;    // progress and summaries; nullptr = silent
   int64_t stop_after_steps = 0;   // > 0: end this process after this many steps (tests: a killed run)
+  // With [server] enabled: starts the HTTP front on the loop's engine service (the
+  // CLI links src/server, which sits above train/). The returned handle is released,
+  // stopping the server, before the service and the engine go away.
+  std::function<Result<std::shared_ptr<void>>(EngineService&, const Tokenizer*, const ServerSection&)> start_server;
 };
 
 struct TrainLoopResult {

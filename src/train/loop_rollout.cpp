@@ -17,8 +17,20 @@ uint64_t rollout_seed_for(uint64_t seed, int64_t generation, int64_t request) {
 
 Result<std::vector<RequestOutput>> engine_run_prompts(Engine& engine, const std::vector<PreparedPrompt>& prompts,
                                                       const SamplingParams& params,
-                                                      const std::vector<uint64_t>& seeds) {
+                                                      const std::vector<uint64_t>& seeds, EngineService* svc) {
   GRPO_CHECK(seeds.empty() || seeds.size() == prompts.size());
+  if (svc) {
+    std::vector<std::vector<int32_t>> ids;
+    std::vector<SamplingParams> ps(prompts.size(), params);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ids.push_back(prompts[i].ids);
+      if (!seeds.empty()) ps[i].seed = seeds[i];
+    }
+    svc->resume();
+    auto out = svc->generate(ids, ps);
+    svc->pause_and_drain();
+    return out;
+  }
   const size_t n = size_t(params.n);
   std::vector<RequestOutput> result(prompts.size() * n);
   std::map<int64_t, size_t> first;  // request id -> index of its sample 0
@@ -56,7 +68,7 @@ Telemetry telemetry_of(const RequestOutput& o) {
 
 Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, const RewardComposer& rewards,
                                       std::vector<PreparedPrompt> prompts, const RolloutConfig& rc,
-                                      int64_t generation) {
+                                      int64_t generation, EngineService* svc) {
   RolloutBatch b;
   b.group_size = rc.params.n;
   b.prompts = std::move(prompts);
@@ -64,7 +76,7 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
   for (size_t k = 0; k < seeds.size(); ++k) seeds[k] = rollout_seed_for(rc.seed, generation, int64_t(k));
 
   const double t0 = now_seconds();
-  GRPO_ASSIGN_OR_RETURN(std::vector<RequestOutput> outs, engine_run_prompts(engine, b.prompts, rc.params, seeds));
+  GRPO_ASSIGN_OR_RETURN(std::vector<RequestOutput> outs, engine_run_prompts(engine, b.prompts, rc.params, seeds, svc));
   const double t1 = now_seconds();
 
   const size_t G = size_t(b.group_size), N = outs.size();
@@ -113,11 +125,11 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
 
 Result<MetricList> rollout_eval(Engine& engine, const Environment& env, const RewardComposer& rewards,
                                 const std::vector<PreparedPrompt>& prompts, const SamplingParams& params,
-                                uint64_t seed) {
+                                uint64_t seed, EngineService* svc) {
   const double t0 = now_seconds();
   std::vector<uint64_t> seeds(prompts.size());
   for (size_t k = 0; k < seeds.size(); ++k) seeds[k] = rollout_seed_for(seed, -1, int64_t(k));
-  GRPO_ASSIGN_OR_RETURN(std::vector<RequestOutput> outs, engine_run_prompts(engine, prompts, params, seeds));
+  GRPO_ASSIGN_OR_RETURN(std::vector<RequestOutput> outs, engine_run_prompts(engine, prompts, params, seeds, svc));
   const size_t n = size_t(params.n);
   double score = 0, reward = 0, len = 0;
   for (size_t i = 0; i < outs.size(); ++i) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/engine_service.h"
 #include "env/environment.h"
 #include "env/rewards.h"
 #include "train/advantages.h"
@@ -45,10 +46,14 @@ uint64_t rollout_seed_for(uint64_t seed, int64_t generation, int64_t request);
 
 // Adds every prompt with `params` (params.n samples each; prompt k seeded with
 // seeds[k] when seeds is non-empty), runs the engine until all are done and
-// returns the outputs ordered prompt-major, sample-minor.
+// returns the outputs ordered prompt-major, sample-minor. With `svc` (the loop serves
+// its live policy, [server]) the prompts go through the service's queue and share the
+// batch with outside requests: the service runs for the call and is paused (drained)
+// again before it returns, so nothing else touches the engine while the loop trains.
 Result<std::vector<RequestOutput>> engine_run_prompts(Engine& engine, const std::vector<PreparedPrompt>& prompts,
                                                       const SamplingParams& params,
-                                                      const std::vector<uint64_t>& seeds);
+                                                      const std::vector<uint64_t>& seeds,
+                                                      EngineService* svc = nullptr);
 
 // Telemetry for the reward functions from an engine output.
 Telemetry telemetry_of(const RequestOutput& o);
@@ -62,12 +67,12 @@ struct RolloutConfig {
 // One generation batch: samples, rewards, advantages and metrics.
 Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, const RewardComposer& rewards,
                                       std::vector<PreparedPrompt> prompts, const RolloutConfig& rc,
-                                      int64_t generation);
+                                      int64_t generation, EngineService* svc = nullptr);
 
 // Greedy (or sampled) eval: "eval/accuracy" (mean task score), "eval/reward"
 // (mean weighted reward), "eval/completion_length", "eval/time".
 Result<MetricList> rollout_eval(Engine& engine, const Environment& env, const RewardComposer& rewards,
                                 const std::vector<PreparedPrompt>& prompts, const SamplingParams& params,
-                                uint64_t seed);
+                                uint64_t seed, EngineService* svc = nullptr);
 
 }  // namespace grpo

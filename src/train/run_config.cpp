@@ -156,6 +156,14 @@ Status RunConfig::validate() const {
   c.require(log.every >= 1, "log.every", log.every, "must be >= 1");
   c.one_of("log.progress", log.progress, {"auto", "bar", "plain", "off"});
   c.one_of("log.level", log.level, {"debug", "info", "warn", "error", "quiet"});
+  c.require(!server.host.empty(), "server.host", server.host, "must not be empty (127.0.0.1, or 0.0.0.0 for every interface)");
+  c.require(server.port >= 0 && server.port <= 65535, "server.port", server.port, "must be in [0, 65535] (0 = any free port)");
+  c.require(server.max_body_bytes >= 1024, "server.max_body_bytes", server.max_body_bytes, "must be >= 1024");
+  c.require(server.max_prompt_tokens >= 0, "server.max_prompt_tokens", server.max_prompt_tokens, "must be >= 0 (0 = the context length)");
+  c.require(server.max_tokens_limit >= 1 && server.max_tokens_limit <= (int64_t(1) << 30), "server.max_tokens_limit", server.max_tokens_limit, "must be >= 1");
+  c.require(server.max_n >= 1 && server.max_n <= 1024, "server.max_n", server.max_n, "must be in [1, 1024]");
+  c.require(server.max_queued_requests >= 1 && server.max_queued_requests <= 1000000, "server.max_queued_requests",
+            server.max_queued_requests, "must be in [1, 1000000]");
   return c.status();
 }
 

@@ -132,6 +132,22 @@ struct LogSection {
   std::string level = "info";     // debug | info | warn | error | quiet
 };
 
+// [server]: serve the live policy over HTTP while training (docs/serve.md). Outside
+// requests share the engine with the loop's rollouts; they are admitted while the
+// loop generates and wait (queued) while it trains.
+struct ServerSection {
+  bool enabled = false;
+  std::string host = "127.0.0.1";
+  int64_t port = 8000;                    // 0 = any free port (printed)
+  std::string api_key;                    // "" = no key; note: the resolved config.toml keeps it
+  std::string served_model_name;          // "" = the model directory's name
+  int64_t max_body_bytes = int64_t(4) << 20;
+  int64_t max_prompt_tokens = 0;          // 0 = the context length
+  int64_t max_tokens_limit = 4096;
+  int64_t max_n = 16;
+  int64_t max_queued_requests = 256;
+};
+
 struct RunConfig {
   RunSection run;
   ModelSection model;
@@ -142,6 +158,7 @@ struct RunConfig {
   EvalSection eval;
   CheckpointSection checkpoint;
   LogSection log;
+  ServerSection server;
 
   // Value checks; the message names the key and value ("train.lr = -1: must be > 0").
   Status validate() const;

@@ -66,6 +66,11 @@ std::vector<Field> fields_of(RunConfig& c) {
       {"log.jsonl", &c.log.jsonl}, {"log.tensorboard", &c.log.tensorboard}, {"log.plot", &c.log.plot},
       {"log.plot_metrics", &c.log.plot_metrics}, {"log.every", &c.log.every}, {"log.progress", &c.log.progress},
       {"log.level", &c.log.level},
+      {"server.enabled", &c.server.enabled}, {"server.host", &c.server.host}, {"server.port", &c.server.port},
+      {"server.api_key", &c.server.api_key}, {"server.served_model_name", &c.server.served_model_name},
+      {"server.max_body_bytes", &c.server.max_body_bytes}, {"server.max_prompt_tokens", &c.server.max_prompt_tokens},
+      {"server.max_tokens_limit", &c.server.max_tokens_limit}, {"server.max_n", &c.server.max_n},
+      {"server.max_queued_requests", &c.server.max_queued_requests},
   };
 }
 
