@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "model/safetensors.h"
+#include "train/loop_remote.h"
 #include "train/loop_setup.h"
 #include "train/metrics_jsonl.h"
 #include "train/metrics_progress.h"
@@ -172,13 +173,26 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
 
   if (!r.resumed && cfg.eval.every > 0 && cfg.eval.at_start) GRPO_TRY(do_eval(0));
 
+  const bool remote = cfg.data.env == "remote";
+  if (remote) {
+    if (!opt.make_trajectory_source)
+      return error_status("data.env = \"remote\", but this program cannot host or reach a trajectory API; run it with `grpo train`");
+    GRPO_ASSIGN_OR_RETURN(std::shared_ptr<TrajectorySource> src, opt.make_trajectory_source(cfg));
+    RemoteLoopHooks hooks{[&](int64_t s, const MetricList& m) { return writers.write(s, m); }, [&] { return save(false); }};
+    GRPO_ASSIGN_OR_RETURN(bool killed, remote_train_loop(r, opt, *src, svc.get(), hooks));
+    if (killed) {
+      if (r.progress) r.progress->finish();
+      res.steps = st.step;
+      return res;  // simulated kill: no final checkpoint, no plot
+    }
+  }
   const int64_t mu = cfg.train.num_iterations, spg = cfg.train.steps_per_generation;
   const bool use_old = mu > 1 || spg > 1;
   std::optional<RolloutBatch> batch;
   int64_t batch_pos = 0;  // optimizer steps taken on `batch`
   bool ckpt_due = false;
   int64_t steps_this_run = 0;
-  while (st.step < cfg.train.steps && !st.stopped_early) {
+  while (!remote && st.step < cfg.train.steps && !st.stopped_early) {
     const double t_step = now_seconds();
     MetricList rec;
     if (!batch) {
