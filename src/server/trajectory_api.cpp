@@ -86,6 +86,16 @@ Status TrajectoryApiServer::start() {
       body["env_id"] = int64_t(id);
     } else if (!req.body.empty()) {
       if (!parse_body(req, res, &body)) return;
+    } else if (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0") {
+      // cpp-httplib 0.11 does not read the bodies of GET requests; the unread bytes
+      // would corrupt the next request on this connection, so it is closed.
+      res.set_header("Connection", "close");
+      send(res, ApiReply{400,
+                         json{{"status", "error"},
+                              {"message", "GET /status-env: this server cannot read a GET body; send the env id as "
+                                          "the query parameter /status-env?env_id=N"}},
+                         "", 0});
+      return;
     }
     send(res, s.status_env(body));
   });
