@@ -149,8 +149,10 @@ void EngineService::pause_and_drain() {
 void EngineService::resume() {
   {
     std::lock_guard<std::mutex> lk(mu_);
+    // parked_ is cleared by the loop thread when it actually wakes: a pause_and_drain()
+    // right after this resume() then finds the thread still parked instead of waiting
+    // for a park that never comes (it sees paused_ again and keeps waiting).
     paused_ = false;
-    parked_ = false;
   }
   cv_.notify_all();
 }

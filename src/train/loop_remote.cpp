@@ -80,11 +80,17 @@ Result<bool> remote_train_loop(LoopRun& r, const TrainLoopOptions& opt, Trajecto
   int64_t steps_this_run = 0, source_errors = 0, empty_batches = 0;
   bool ckpt_due = false;
   while (st.step < cfg.train.steps) {
-    if (svc) svc->resume();  // environments sample from the live policy while we wait
     const double t_wait = now_seconds();
-    GRPO_ASSIGN_OR_RETURN(json raw, wait_batch(cfg, src, opt.console, &source_errors));
+    json raw;
+    auto ready = src.next_batch();
+    if (ready.ok() && ready.value()) {
+      raw = std::move(*ready.value());  // formed already: the service stays paused
+    } else {
+      if (svc) svc->resume();  // environments sample from the live policy while we wait
+      GRPO_ASSIGN_OR_RETURN(raw, wait_batch(cfg, src, opt.console, &source_errors));
+      if (svc) svc->pause_and_drain();
+    }
     const double waited = now_seconds() - t_wait;
-    if (svc) svc->pause_and_drain();
     const double t_step = now_seconds();
     bo.current_version = st.step;
     GRPO_ASSIGN_OR_RETURN(RemoteBatch rb, remote_batch_build(raw, bo));
