@@ -141,3 +141,23 @@ TEST(RemoteBatch, BadGroupsAreDroppedWithTheReason) {
   EXPECT_NE(r.value().warnings[1].find("masks[0]"), std::string::npos);
   EXPECT_FALSE(remote_batch_build(json::object(), o).ok());
 }
+
+#include "train/run_config.h"
+
+TEST(RemoteConfig, KeysAndTheirChecks) {
+  const std::string base = "[model]\npath = \"m\"\n[data]\nenv = \"remote\"\n";
+  auto ok = run_config_parse(base + "[remote]\nport = 0\nmax_staleness = 3\nstale = \"down_weight\"\n", "t.toml");
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok.value().remote.max_staleness, 3);
+  EXPECT_EQ(ok.value().remote.stale, "down_weight");
+  auto msg = [&](const std::string& extra) {
+    auto c = run_config_parse(base + extra, "t.toml");
+    return c.ok() ? std::string() : c.status().message();
+  };
+  EXPECT_NE(msg("[train]\nnum_iterations = 2\n").find("train.num_iterations"), std::string::npos);
+  EXPECT_NE(msg("[eval]\nevery = 5\n").find("eval.every"), std::string::npos);
+  EXPECT_NE(msg("[remote]\nstale = \"sometimes\"\n").find("remote.stale"), std::string::npos);
+  EXPECT_NE(msg("[remote]\nurl = \"ftp://x\"\n").find("remote.url"), std::string::npos);
+  EXPECT_NE(msg("[remote]\nstale_weight = 0.0\n").find("remote.stale_weight"), std::string::npos);
+  EXPECT_NE(msg("[remote]\nno_such_key = 1\n").find("no_such_key"), std::string::npos);
+}
