@@ -24,6 +24,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "server/http_server.h"
+#include "server/trajectory_client.h"
 #include "train/grpo_loop.h"
 
 namespace {
@@ -145,6 +146,10 @@ grpo::cli::CommandRegistrar reg("train", "Train a model with GRPO from a TOML ru
                    http->port(), so.served_model_name.c_str());
       std::signal(SIGPIPE, SIG_IGN);  // a client that leaves mid-stream is a failed write, not a dead trainer
       return std::shared_ptr<void>(http);
+    };
+    o.make_trajectory_source = [](const grpo::RunConfig& c) {
+      std::signal(SIGPIPE, SIG_IGN);
+      return grpo::trajectory_source_make(c.remote, c.rollout.prompts_per_step * c.rollout.num_generations);
     };
     const double t0 = grpo::now_seconds();
     auto r = grpo::grpo_train(cfg.value(), o);

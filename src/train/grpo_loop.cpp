@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "model/safetensors.h"
+#include "train/loop_remote.h"
 #include "train/loop_setup.h"
 #include "train/metrics_jsonl.h"
 #include "train/metrics_progress.h"
@@ -183,6 +184,21 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
 
   if (!r.resumed && cfg.eval.every > 0 && cfg.eval.at_start) GRPO_TRY(do_eval(0));
 
+  const bool remote = cfg.data.env == "remote";
+  if (remote) {
+    if (!opt.make_trajectory_source)
+      return error_status("data.env = \"remote\", but this program cannot host or reach a trajectory API; run it with `grpo train`");
+    GRPO_ASSIGN_OR_RETURN(std::shared_ptr<TrajectorySource> src, opt.make_trajectory_source(cfg));
+    RemoteLoopHooks hooks{[&](int64_t s, const MetricList& m) { return writers.write(s, m); }, [&] { return save(false); }};
+    GRPO_ASSIGN_OR_RETURN(bool killed, remote_train_loop(r, opt, *src, svc.get(), hooks));
+    if (killed) {
+      if (r.progress) r.progress->finish();
+      res.steps = st.step;
+      return res;  // simulated kill: no final checkpoint, no plot
+    }
+    if (opt.stop_signal && opt.stop_signal->load() != 0 && st.step < cfg.train.steps)
+      res.stop_signal = opt.stop_signal->load();
+  }
   const int64_t mu = cfg.train.num_iterations, spg = cfg.train.steps_per_generation;
   const bool use_old = mu > 1 || spg > 1;
   std::optional<RolloutBatch> batch;
@@ -194,7 +210,7 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     if (opt.stop_signal && opt.stop_signal->load() != 0) res.stop_signal = opt.stop_signal->load();
     return res.stop_signal != 0;
   };
-  while (st.step < cfg.train.steps && !st.stopped_early && !stop_requested()) {
+  while (!remote && st.step < cfg.train.steps && !st.stopped_early && !stop_requested()) {
     const double t_step = now_seconds();
     MetricList rec;
     if (!batch) {
@@ -275,7 +291,7 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
                  (long long)st.step, cfg.eval.early_stopping_metric.c_str(), (long long)st.evals_without_improvement,
                  st.best_metric, (long long)st.best_step);
   if (res.stop_signal) {
-    if (steps_this_run > 0) GRPO_TRY(save(batch.has_value()));
+    if (steps_this_run > 0 || (remote && st.step > 0)) GRPO_TRY(save(batch.has_value()));
     else res.last_checkpoint = r.resumed_from;
   } else if (cfg.checkpoint.save_final || ckpt_due) {
     GRPO_TRY(save(batch.has_value()));

@@ -47,6 +47,7 @@
 namespace grpo {
 class EngineService;
 class Tokenizer;
+class TrajectorySource;
 }  // namespace grpo
 
 namespace grpo {
@@ -66,6 +67,9 @@ struct TrainLoopOptions {
   // CLI links src/server, which sits above train/). The returned handle is released,
   // stopping the server, before the service and the engine go away.
   std::function<Result<std::shared_ptr<void>>(EngineService&, const Tokenizer*, const ServerSection&)> start_server;
+  // data.env = "remote": the source of batches of scored groups (train/loop_remote.h),
+  // made by the CLI: the trajectory API hosted in this process, or a client of remote.url.
+  std::function<Result<std::shared_ptr<TrajectorySource>>(const RunConfig&)> make_trajectory_source;
 };
 
 struct TrainLoopResult {

@@ -258,8 +258,11 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   if (cfg.eval.every > 0) GRPO_TRY(prepare_all(r, loop_eval_indices(cfg, *r.env, es), es, &r.eval_prompts));
   std::vector<PreparedPrompt> peek;
   DataCursor c2 = *r.cursor;
-  GRPO_TRY(prepare_all(r, c2.next(size_t(cfg.rollout.prompts_per_step)), Split::train, &peek));
-  size_t longest = 0;
+  // data.env = "remote" has no local prompts; the KV pool is sized for prompts of
+  // up to 256 tokens from the environments that sample through [server].
+  if (r.env->size(Split::train) > 0)
+    GRPO_TRY(prepare_all(r, c2.next(size_t(cfg.rollout.prompts_per_step)), Split::train, &peek));
+  size_t longest = cfg.data.env == "remote" ? 256 : 0;
   for (const auto* v : {&peek, &r.eval_prompts})
     for (const auto& p : *v) longest = std::max(longest, p.ids.size());
 

@@ -60,7 +60,7 @@ struct ArithmeticSection {  // used when data.env = "arithmetic" (see env/arithm
 };
 
 struct DataSection {
-  std::string env = "arithmetic";  // gsm8k | arithmetic | jsonl
+  std::string env = "arithmetic";  // gsm8k | arithmetic | jsonl | remote (groups posted by outside environments: [remote])
   std::string train_path;          // jsonl: required; gsm8k: empty = data/gsm8k/train.jsonl
   std::string eval_path;           // jsonl: optional; gsm8k: empty = data/gsm8k/test.jsonl
   std::string prompt_field = "question";
@@ -173,6 +173,23 @@ struct ServerSection {
   int64_t max_queued_requests = 256;
 };
 
+// [remote]: data.env = "remote" trains from scored groups that environment
+// processes post to an Atropos-compatible trajectory API (docs/environments.md).
+// Sequences per step = rollout.prompts_per_step × rollout.num_generations.
+struct RemoteSection {
+  std::string url;                     // "" = host the API here (host:port); else pull from this Atropos API server
+  std::string host = "127.0.0.1";
+  int64_t port = 8000;                 // 0 = any free port (printed)
+  int64_t max_queued_sequences = 0;    // hosted queue bound (posts beyond it get 503 + Retry-After); 0 = 16 steps' worth
+  int64_t max_staleness = -1;          // steps a group's policy_version may lag; < 0 = no limit
+  std::string stale = "drop";          // drop | down_weight (loss weight stale_weight^(lag - max_staleness))
+  double stale_weight = 0.5;
+  double poll_interval = 0.2;          // seconds between GET /batch polls while waiting
+  double wait_log_every = 30;          // seconds between "waiting for groups" lines
+  double max_wait = 0;                 // seconds without a batch before the run fails; 0 = wait forever
+  std::string wandb_group, wandb_project;  // passed on in POST /register
+};
+
 struct RunConfig {
   RunSection run;
   ModelSection model;
@@ -188,6 +205,7 @@ struct RunConfig {
   CheckpointSection checkpoint;
   LogSection log;
   ServerSection server;
+  RemoteSection remote;
 
   // Value checks; the message names the key and value ("train.lr = -1: must be > 0").
   Status validate() const;

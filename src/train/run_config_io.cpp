@@ -103,6 +103,12 @@ std::vector<Field> fields_of(RunConfig& c) {
       {"server.max_body_bytes", &c.server.max_body_bytes}, {"server.max_prompt_tokens", &c.server.max_prompt_tokens},
       {"server.max_tokens_limit", &c.server.max_tokens_limit}, {"server.max_n", &c.server.max_n},
       {"server.max_queued_requests", &c.server.max_queued_requests},
+      {"remote.url", &c.remote.url}, {"remote.host", &c.remote.host}, {"remote.port", &c.remote.port},
+      {"remote.max_queued_sequences", &c.remote.max_queued_sequences}, {"remote.max_staleness", &c.remote.max_staleness},
+      {"remote.stale", &c.remote.stale}, {"remote.stale_weight", &c.remote.stale_weight},
+      {"remote.poll_interval", &c.remote.poll_interval}, {"remote.wait_log_every", &c.remote.wait_log_every},
+      {"remote.max_wait", &c.remote.max_wait}, {"remote.wandb_group", &c.remote.wandb_group},
+      {"remote.wandb_project", &c.remote.wandb_project},
   };
 }
 
