@@ -28,6 +28,8 @@ done
 GRPO="$BUILD/grpo"
 CLIENTS="$ROOT/tests/server/clients"
 [ -x "$GRPO" ] || { echo "$0: $GRPO not found; build it first (cmake --build $BUILD --target grpo)" >&2; exit 2; }
+"$GRPO" serve --help >/dev/null 2>&1 ||
+  { echo "$0: $GRPO has no 'serve' subcommand; this test needs the server (src/server, grpo serve)" >&2; exit 2; }
 command -v node >/dev/null || { echo "$0: node is not installed; run scripts/setup.sh (installs Debian's nodejs)" >&2; exit 2; }
 [ -f "$CLIENTS/node_modules/openai/package.json" ] ||
   { echo "$0: the npm package 'openai' is missing; run scripts/setup.sh or (cd tests/server/clients && npm ci)" >&2; exit 2; }
@@ -68,7 +70,7 @@ MAX_BODY=65536
 start_server() {
   local log="$1"; shift
   "$GRPO" serve --model "$MODEL" --device "$DEVICE" --host 127.0.0.1 --port 0 --max-body-bytes "$MAX_BODY" \
-    --max-prompt-tokens 512 --max-tokens-limit 64 --max-n 8 --max-queued-requests 256 "$@" 2>"$log" >/dev/null &
+    --max-prompt-tokens 512 --max-tokens-limit 64 --max-n 8 --max-queued-requests 256 --read-timeout 3 "$@" 2>"$log" >/dev/null &
   SERVER_PID=$!
   PIDS+=("$SERVER_PID")
   local url=""
@@ -101,7 +103,7 @@ run_part "python requests: /generate /tokenize /detokenize" \
   bash -c 'cd "$1" && "$2" -m unittest -v test_generate' _ "$CLIENTS" "$PY"
 run_part "node openai client" bash -c 'cd "$1" && node --test openai_client.test.mjs' _ "$CLIENTS"
 run_part "fuzz" "$PY" "$ROOT/tests/server/fuzz_server.py" --url "$URL" --server-pid "$MAIN_PID" \
-  --max-body-bytes "$MAX_BODY" --count 1000 --time-limit 150
+  --max-body-bytes "$MAX_BODY" --kv-metric grpo_kv_blocks_free --count 1000 --time-limit 150
 
 # SIGTERM must drain and exit cleanly.
 kill -TERM "$MAIN_PID"
