@@ -28,7 +28,8 @@ done
 GRPO="$BUILD/grpo"
 CLIENTS="$ROOT/tests/server/clients"
 [ -x "$GRPO" ] || { echo "$0: $GRPO not found; build it first (cmake --build $BUILD --target grpo)" >&2; exit 2; }
-"$GRPO" serve --help >/dev/null 2>&1 ||
+GRPO_HELP="$("$GRPO" --help 2>/dev/null || true)"
+grep -qE "^ +serve " <<<"$GRPO_HELP" ||
   { echo "$0: $GRPO has no 'serve' subcommand; this test needs the server (src/server, grpo serve)" >&2; exit 2; }
 command -v node >/dev/null || { echo "$0: node is not installed; run scripts/setup.sh (installs Debian's nodejs)" >&2; exit 2; }
 [ -f "$CLIENTS/node_modules/openai/package.json" ] ||
