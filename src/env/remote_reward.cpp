@@ -24,8 +24,11 @@ Result<HttpUrl> http_url_parse(const std::string& url) {
   size_t slash = rest.find('/');
   std::string hostport = rest.substr(0, slash);
   if (slash != std::string::npos) u.path = rest.substr(slash);
+  // An IPv6 literal is bracketed ("[::1]:8000"); its own colons are not the port's.
+  const size_t close = hostport.rfind(']');
   size_t colon = hostport.rfind(':');
-  if (colon != std::string::npos && hostport.find(']') == std::string::npos) {
+  if (close != std::string::npos && colon < close) colon = std::string::npos;
+  if (colon != std::string::npos) {
     std::string port = hostport.substr(colon + 1);
     char* end = nullptr;
     long v = std::strtol(port.c_str(), &end, 10);

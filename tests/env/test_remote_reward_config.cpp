@@ -86,5 +86,23 @@ TEST(RemoteRewardConfig, RequestItemShape) {
                                     {"truncated", true}, {"row", {{"source", "unit"}}}}));
 }
 
+TEST(RemoteRewardConfig, UrlParse) {
+  struct Case { const char* url; bool https; const char* host; int port; const char* path; };
+  for (const Case& c : {Case{"http://grader:8000/score", false, "grader", 8000, "/score"},
+                        Case{"http://10.0.0.2", false, "10.0.0.2", 80, "/"},
+                        Case{"https://api.example.com/v1/rate?x=1", true, "api.example.com", 443, "/v1/rate?x=1"},
+                        Case{"http://[::1]:9000/s", false, "[::1]", 9000, "/s"},
+                        Case{"http://[::1]/s", false, "[::1]", 80, "/s"}}) {
+    auto u = http_url_parse(c.url);
+    ASSERT_TRUE(u.ok()) << c.url << ": " << u.status().message();
+    EXPECT_EQ(u->https, c.https) << c.url;
+    EXPECT_EQ(u->host, c.host) << c.url;
+    EXPECT_EQ(u->port, c.port) << c.url;
+    EXPECT_EQ(u->path, c.path) << c.url;
+  }
+  for (const char* bad : {"grader:8000", "http://", "http://h:/x", "http://h:0/", "http://h:12ab/"})
+    EXPECT_FALSE(http_url_parse(bad).ok()) << bad;
+}
+
 }  // namespace
 }  // namespace grpo
