@@ -84,13 +84,20 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
   std::vector<float> totals(N);
   std::vector<double> fn_sum(rewards.size(), 0.0);
   double score_sum = 0, len_sum = 0, len_max = 0, n_trunc = 0, prefix_hits = 0, prompt_toks = 0;
+  std::vector<Telemetry> tels(N);
+  std::vector<RewardInput> inputs(N);
+  for (size_t i = 0; i < N; ++i) {
+    b.completions[i].out = std::move(outs[i]);
+    const PreparedPrompt& pp = b.prompts[i / G];
+    tels[i] = telemetry_of(b.completions[i].out);
+    inputs[i] = {pp.text, b.completions[i].out.text, &pp.example, &tels[i]};
+  }
+  GRPO_ASSIGN_OR_RETURN(RewardBatchResult scored, rewards.compute_batch(inputs));
   for (size_t i = 0; i < N; ++i) {
     Completion& c = b.completions[i];
-    c.out = std::move(outs[i]);
     const PreparedPrompt& pp = b.prompts[i / G];
-    const Telemetry tel = telemetry_of(c.out);
-    c.truncated = tel.truncated;
-    RewardValues rv = rewards.compute(pp.text, c.out.text, pp.example, tel);
+    c.truncated = tels[i].truncated;
+    RewardValues& rv = scored.values[i];
     c.reward = float(rv.total);
     c.reward_values = std::move(rv.values);
     c.score = env.score(pp.example, c.out.text);
@@ -114,6 +121,11 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
   m.emplace_back("reward/mean", st.reward_mean);
   m.emplace_back("reward/std", st.reward_std);
   for (size_t f = 0; f < fn_sum.size(); ++f) m.emplace_back("reward/" + rewards.label(f) + "/mean", fn_sum[f] / dn);
+  for (size_t f = 0; f < fn_sum.size(); ++f)
+    if (rewards.function(f).is_remote()) {
+      m.emplace_back("reward/" + rewards.label(f) + "/failed", double(scored.n_failed[f]));
+      m.emplace_back("time/reward/" + rewards.label(f), scored.seconds[f]);
+    }
   m.emplace_back("reward/frac_zero_std", st.frac_zero_std);
   m.emplace_back("accuracy", score_sum / dn);
   m.emplace_back("completion/mean_length", len_sum / dn);
@@ -137,10 +149,17 @@ Result<MetricList> rollout_eval(Engine& engine, const Environment& env, const Re
   GRPO_ASSIGN_OR_RETURN(std::vector<RequestOutput> outs, engine_run_prompts(engine, prompts, params, seeds, svc));
   const size_t n = size_t(params.n);
   double score = 0, reward = 0, len = 0;
+  std::vector<Telemetry> tels(outs.size());
+  std::vector<RewardInput> inputs(outs.size());
+  for (size_t i = 0; i < outs.size(); ++i) {
+    tels[i] = telemetry_of(outs[i]);
+    inputs[i] = {prompts[i / n].text, outs[i].text, &prompts[i / n].example, &tels[i]};
+  }
+  GRPO_ASSIGN_OR_RETURN(RewardBatchResult scored, rewards.compute_batch(inputs));
   for (size_t i = 0; i < outs.size(); ++i) {
     const PreparedPrompt& pp = prompts[i / n];
     score += env.score(pp.example, outs[i].text);
-    reward += rewards.compute(pp.text, outs[i].text, pp.example, telemetry_of(outs[i])).total;
+    reward += scored.values[i].total;
     len += double(outs[i].completion_ids.size());
   }
   const double dn = double(std::max<size_t>(outs.size(), 1));

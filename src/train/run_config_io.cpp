@@ -229,6 +229,28 @@ Status load_table(const std::vector<Field>& fs, const toml::table& t, const std:
   return ok_status();
 }
 
+// An array of strings (a command's argv) or a table of strings (HTTP headers)
+// as JSON; nullopt for anything else.
+std::optional<nlohmann::json> strings_to_json(const toml::node& v) {
+  if (const toml::array* a = v.as_array()) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& e : *a) {
+      if (!e.is_string()) return std::nullopt;
+      j.push_back(e.as_string()->get());
+    }
+    return j;
+  }
+  if (const toml::table* t = v.as_table()) {
+    nlohmann::json j = nlohmann::json::object();
+    for (auto&& [k, e] : *t) {
+      if (!e.is_string()) return std::nullopt;
+      j[std::string(k.str())] = e.as_string()->get();
+    }
+    return j;
+  }
+  return std::nullopt;
+}
+
 Status load_rewards(const toml::node& n, const std::string& src, std::vector<RewardSpec>* out) {
   if (!n.is_array_of_tables())
     return error_status(where(src, n) + "reward must be an array of tables: write each function as a [[reward]] block");
@@ -251,7 +273,9 @@ Status load_rewards(const toml::node& n, const std::string& src, std::vector<Rew
       else if (v.is_integer()) spec.params[key] = v.as_integer()->get();
       else if (v.is_floating_point()) spec.params[key] = v.as_floating_point()->get();
       else if (v.is_string()) spec.params[key] = v.as_string()->get();
-      else return error_status(at + "." + key + " = " + node_text(v) + ": expected a number, boolean or string");
+      else if (auto j = strings_to_json(v)) spec.params[key] = std::move(*j);
+      else return error_status(at + "." + key + " = " + node_text(v) +
+                               ": expected a number, boolean, string, array of strings or table of strings");
     }
     if (!named) return error_status(at + ": missing key 'name' (e.g. name = \"correct\")");
     auto fn = reward_make(spec);
@@ -295,7 +319,13 @@ Status set_reward(RunConfig* cfg, const std::string& key, const std::string& val
   for (const auto& p : info->params) {
     if (p.name != param) continue;
     if (p.type == RewardParamType::string) spec->params[param] = (n && n->is_string()) ? n->as_string()->get() : val;
-    else if (n && n->is_boolean()) spec->params[param] = n->as_boolean()->get();
+    else if (p.type == RewardParamType::string_list || p.type == RewardParamType::string_table) {
+      auto j = n ? strings_to_json(*n) : std::nullopt;
+      if (!j) return error_status(what + ": value '" + val + "' is not a TOML " +
+                                  (p.type == RewardParamType::string_list ? "array of strings, e.g. [\"python3\", \"r.py\"]"
+                                                                         : "inline table of strings, e.g. {X-Key = \"v\"}"));
+      spec->params[param] = std::move(*j);
+    } else if (n && n->is_boolean()) spec->params[param] = n->as_boolean()->get();
     else if (n && n->is_integer()) spec->params[param] = n->as_integer()->get();
     else if (n && n->is_floating_point()) spec->params[param] = n->as_floating_point()->get();
     else return error_status(what + ": value '" + val + "' is not a number or boolean");
@@ -314,6 +344,11 @@ std::string toml_value(const json& v) {
     std::string s = "[";
     for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + toml_value(v[i]);
     return s + "]";
+  }
+  if (v.is_object()) {
+    std::string s = "{";
+    for (auto it = v.begin(); it != v.end(); ++it) s += std::string(it == v.begin() ? " " : ", ") + json(it.key()).dump() + " = " + toml_value(*it);
+    return s + (v.empty() ? "}" : " }");
   }
   if (v.is_number_float()) {
     char buf[64];
