@@ -45,6 +45,8 @@
 
 namespace grpo {
 
+class Communicator;
+
 struct TrainLoopOptions {
   std::string out_dir;            // "" = cfg.run.output_dir
   bool resume = false;            // continue from resume_from, or the latest checkpoint in out_dir
@@ -56,6 +58,9 @@ struct TrainLoopOptions {
   // Polled between steps; non-zero (a signal number) = stop after the current step with a checkpoint.
   const std::atomic<int>* stop_signal = nullptr;
   std::function<void(int64_t step)> on_step;  // after each optimizer step, its metrics written
+  // Data-parallel ranks (dist/communicator.h, docs/distributed.md); nullptr = one rank. Rank 0
+  // owns the run directory (lock, metrics, checkpoints); every rank loads the same config.
+  Communicator* comm = nullptr;
 };
 
 struct TrainLoopResult {

@@ -67,6 +67,8 @@ std::vector<Field> fields_of(RunConfig& c) {
       {"log.jsonl", &c.log.jsonl}, {"log.tensorboard", &c.log.tensorboard}, {"log.plot", &c.log.plot},
       {"log.plot_metrics", &c.log.plot_metrics}, {"log.every", &c.log.every}, {"log.progress", &c.log.progress},
       {"log.level", &c.log.level},
+      {"dist.zero_stage", &c.dist.zero_stage}, {"dist.bucket_mb", &c.dist.bucket_mb},
+      {"dist.timeout_s", &c.dist.timeout_s},
   };
 }
 
