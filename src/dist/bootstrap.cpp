@@ -128,7 +128,9 @@ Result<std::unique_ptr<Communicator>> dist_init(DistLaunch& l, Device device) {
     if (device == Device::cpu) return std::unique_ptr<Communicator>(std::move(mpi));
 #ifdef GRPO_HAVE_CUDA
     std::string id(128, '\0');
-    if (rank == 0) GRPO_ASSIGN_OR_RETURN(id, nccl_make_id());
+    if (rank == 0) {
+      GRPO_ASSIGN_OR_RETURN(id, nccl_make_id());
+    }
     MPI_Bcast(id.data(), int(id.size()), MPI_BYTE, 0, MPI_COMM_WORLD);
     // The MPI communicator stays alive (MPI is finalised at exit) for dist_abort_job.
     static std::unique_ptr<Communicator> keep_mpi;
@@ -159,7 +161,9 @@ Result<std::unique_ptr<Communicator>> dist_init(DistLaunch& l, Device device) {
     return error_status("WORLD_SIZE > 1 needs MASTER_ADDR and MASTER_PORT (1..65535) naming rank 0's host and a "
                         "free port, as torchrun and Slurm scripts set them");
   std::string id;
-  if (l.rank == 0) GRPO_ASSIGN_OR_RETURN(id, nccl_make_id());
+  if (l.rank == 0) {
+    GRPO_ASSIGN_OR_RETURN(id, nccl_make_id());
+  }
   GRPO_ASSIGN_OR_RETURN(id, tcp_rendezvous(l.master_addr, l.master_port, l.rank, l.world_size, id, l.timeout_s));
   return communicator_nccl_create(id, l.rank, l.world_size, l.timeout_s);
 #else
