@@ -3,7 +3,7 @@
 # Usage: scripts/setup.sh [build-dir] [target]   (default: build, all targets)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PKGS="cmake g++ make libopenblas-dev libpcre2-dev libutf8proc-dev nlohmann-json3-dev libtomlplusplus-dev libcli11-dev libcpp-httplib-dev libgtest-dev zlib1g-dev python3-requests"
+PKGS="cmake g++ make libopenblas-dev libpcre2-dev libutf8proc-dev nlohmann-json3-dev libtomlplusplus-dev libcli11-dev libcpp-httplib-dev libgtest-dev zlib1g-dev python3-requests libopenmpi-dev openmpi-bin"
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 # The server's client tests run the npm `openai` package. A node from another

@@ -52,6 +52,8 @@ class TrajectorySource;
 
 namespace grpo {
 
+class Communicator;
+
 struct TrainLoopOptions {
   std::string out_dir;            // "" = cfg.run.output_dir
   bool resume = false;            // continue from resume_from, or the latest checkpoint in out_dir
@@ -70,6 +72,9 @@ struct TrainLoopOptions {
   // data.env = "remote": the source of batches of scored groups (train/loop_remote.h),
   // made by the CLI: the trajectory API hosted in this process, or a client of remote.url.
   std::function<Result<std::shared_ptr<TrajectorySource>>(const RunConfig&)> make_trajectory_source;
+  // Data-parallel ranks (dist/communicator.h, docs/distributed.md); nullptr = one rank. Rank 0
+  // owns the run directory (lock, metrics, checkpoints); every rank loads the same config.
+  Communicator* comm = nullptr;
 };
 
 struct TrainLoopResult {

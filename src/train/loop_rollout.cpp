@@ -6,6 +6,7 @@
 #include <map>
 
 #include "core/timer.h"
+#include "dist/communicator.h"
 
 namespace grpo {
 
@@ -73,7 +74,7 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
   b.group_size = rc.params.n;
   b.prompts = std::move(prompts);
   std::vector<uint64_t> seeds(b.prompts.size());
-  for (size_t k = 0; k < seeds.size(); ++k) seeds[k] = rollout_seed_for(rc.seed, generation, int64_t(k));
+  for (size_t k = 0; k < seeds.size(); ++k) seeds[k] = rollout_seed_for(rc.seed, generation, rc.request_offset + int64_t(k));
 
   const double t0 = now_seconds();
   GRPO_ASSIGN_OR_RETURN(std::vector<RequestOutput> outs, engine_run_prompts(engine, b.prompts, rc.params, seeds, svc));
@@ -113,7 +114,17 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
     b.n_completion_tokens += int64_t(len);
   }
   AdvantageStats st;
-  GRPO_ASSIGN_OR_RETURN(b.advantages, compute_advantages(totals, b.group_size, rc.scale, &st));
+  if (rc.comm && rc.comm->size() > 1) {
+    // Groups never straddle ranks, but "batch" scaling and the reward statistics
+    // are over the global batch: compute them from every rank's rewards.
+    GRPO_ASSIGN_OR_RETURN(std::vector<float> all, rc.comm->all_gather_host(totals));
+    GRPO_ASSIGN_OR_RETURN(std::vector<float> adv, compute_advantages(all, b.group_size, rc.scale, &st));
+    const size_t first = size_t(rc.request_offset) * G;
+    GRPO_CHECK(first + N <= adv.size());
+    b.advantages.assign(adv.begin() + long(first), adv.begin() + long(first + N));
+  } else {
+    GRPO_ASSIGN_OR_RETURN(b.advantages, compute_advantages(totals, b.group_size, rc.scale, &st));
+  }
   const double t2 = now_seconds();
 
   const double dn = double(std::max<size_t>(N, 1));
@@ -142,10 +153,10 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
 
 Result<MetricList> rollout_eval(Engine& engine, const Environment& env, const RewardComposer& rewards,
                                 const std::vector<PreparedPrompt>& prompts, const SamplingParams& params,
-                                uint64_t seed, EngineService* svc) {
+                                uint64_t seed, EngineService* svc, int64_t first_index) {
   const double t0 = now_seconds();
   std::vector<uint64_t> seeds(prompts.size());
-  for (size_t k = 0; k < seeds.size(); ++k) seeds[k] = rollout_seed_for(seed, -1, int64_t(k));
+  for (size_t k = 0; k < seeds.size(); ++k) seeds[k] = rollout_seed_for(seed, -1, first_index + int64_t(k));
   GRPO_ASSIGN_OR_RETURN(std::vector<RequestOutput> outs, engine_run_prompts(engine, prompts, params, seeds, svc));
   const size_t n = size_t(params.n);
   double score = 0, reward = 0, len = 0;

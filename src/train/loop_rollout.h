@@ -21,6 +21,8 @@
 
 namespace grpo {
 
+class Communicator;
+
 struct Completion {
   RequestOutput out;             // prompt ids, completion ids, text, logprobs, telemetry
   bool truncated = false;        // stopped by max_tokens (no EOS / stop)
@@ -65,6 +67,11 @@ struct RolloutConfig {
   SamplingParams params;       // n = G; seed set per prompt
   uint64_t seed = 0;           // rollout.seed
   ScaleRewards scale = ScaleRewards::group;
+  // Data parallel: this rank's first prompt within the global batch (sampling keys
+  // stay those of a one-rank run), and the ranks, to gather rewards so that
+  // advantages and reward statistics are those of the global batch.
+  int64_t request_offset = 0;
+  Communicator* comm = nullptr;
 };
 
 // One generation batch: samples, rewards, advantages and metrics.
@@ -76,6 +83,6 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
 // (mean weighted reward), "eval/completion_length", "eval/time".
 Result<MetricList> rollout_eval(Engine& engine, const Environment& env, const RewardComposer& rewards,
                                 const std::vector<PreparedPrompt>& prompts, const SamplingParams& params,
-                                uint64_t seed, EngineService* svc = nullptr);
+                                uint64_t seed, EngineService* svc = nullptr, int64_t first_index = 0);
 
 }  // namespace grpo

@@ -1,6 +1,8 @@
 // Setup of a `grpo train` run (see loop_setup.h).
 #include "train/loop_setup.h"
 
+#include "dist/communicator.h"
+
 #include <algorithm>
 #include <filesystem>
 
@@ -306,7 +308,7 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   std::error_code ec;
   fs::create_directories(r.out_dir, ec);
   if (ec) return error_status("output directory " + r.out_dir + ": " + ec.message());
-  GRPO_TRY(write_run_files(r, peek.empty() ? nullptr : &peek.front()));
+  if (!opt.comm || opt.comm->rank() == 0) GRPO_TRY(write_run_files(r, peek.empty() ? nullptr : &peek.front()));
 
   if (opt.console && cfg.log.progress != ProgressSetting::off) {
     ProgressOptions po;

@@ -186,6 +186,10 @@ Status RunConfig::validate() const {
   c.require(!eval.early_stopping_metric.empty(), "eval.early_stopping_metric", eval.early_stopping_metric, "must not be empty");
   c.require(eval.early_stopping_min_delta >= 0, "eval.early_stopping_min_delta", eval.early_stopping_min_delta, "must be >= 0");
 
+  c.require(dist.zero_stage == 0 || dist.zero_stage == 1, "dist.zero_stage", dist.zero_stage,
+            "must be 0 (replicated optimizer) or 1 (ZeRO-1: sharded optimizer state)");
+  c.require(dist.bucket_mb > 0, "dist.bucket_mb", dist.bucket_mb, "must be > 0");
+  c.require(dist.timeout_s > 0, "dist.timeout_s", dist.timeout_s, "must be > 0 seconds");
   c.require(checkpoint.every >= 0, "checkpoint.every", checkpoint.every, "must be >= 0");
   c.require(checkpoint.keep_last >= 0, "checkpoint.keep_last", checkpoint.keep_last, "must be >= 0 (0 = keep all)");
   c.require(log.every >= 1, "log.every", log.every, "must be >= 1");

@@ -190,6 +190,13 @@ struct RemoteSection {
   std::string wandb_group, wandb_project;  // passed on in POST /register
 };
 
+// Data-parallel runs (docs/distributed.md); the rank layout comes from the launcher.
+struct DistSection {
+  int64_t zero_stage = 0;   // 0: replicated optimizer; 1: fp32 master + AdamW moments sharded over ranks
+  double bucket_mb = 25;    // gradient all-reduce bucket (MiB of f32 gradients)
+  double timeout_s = 300;   // NCCL watchdog and rendezvous limit: a silent peer ends the run after this
+};
+
 struct RunConfig {
   RunSection run;
   ModelSection model;
@@ -206,6 +213,7 @@ struct RunConfig {
   LogSection log;
   ServerSection server;
   RemoteSection remote;
+  DistSection dist;
 
   // Value checks; the message names the key and value ("train.lr = -1: must be > 0").
   Status validate() const;

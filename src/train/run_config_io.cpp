@@ -109,6 +109,8 @@ std::vector<Field> fields_of(RunConfig& c) {
       {"remote.poll_interval", &c.remote.poll_interval}, {"remote.wait_log_every", &c.remote.wait_log_every},
       {"remote.max_wait", &c.remote.max_wait}, {"remote.wandb_group", &c.remote.wandb_group},
       {"remote.wandb_project", &c.remote.wandb_project},
+      {"dist.zero_stage", &c.dist.zero_stage}, {"dist.bucket_mb", &c.dist.bucket_mb},
+      {"dist.timeout_s", &c.dist.timeout_s},
   };
 }
 
