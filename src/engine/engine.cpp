@@ -80,6 +80,7 @@ Engine::Engine(Context& ctx, ModelWeights& w, const Tokenizer* tok, EngineOption
   ro.kv_dtype = kv_dtype;
   ro.use_cuda_graphs = opt_.use_cuda_graphs;
   ro.graph_max_context = opt_.cuda_graph_max_context;
+  ro.lora = opt_.lora;
   runner_ = std::make_unique<ModelRunner>(ctx_, w_, ro);
 }
 

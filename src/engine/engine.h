@@ -48,6 +48,9 @@ struct EngineOptions {
   // nearest even on write with scale 1.0 (values beyond ±448 saturate). Halves
   // (bf16) or quarters (f32) the KV memory and reads; needs head_dim % 16 == 0.
   std::string kv_cache_dtype = "auto";
+  // LoRA adapters every request runs with (unmerged; e.g. those `grpo train` trains in
+  // place), or null. Must outlive the engine.
+  const LoraWeights* lora = nullptr;
   Status validate() const;
 };
 

@@ -77,7 +77,9 @@ ModelRunner::ModelRunner(Context& ctx, const ModelWeights& w, const ModelRunnerO
 
   cache_ = kv_cache_allocate(cfg, dev, opt.kv_dtype, opt.n_blocks, opt.block_size);
   rope_ = rope_table_build(cfg, dev, opt.max_model_len);
-  scratch_ = forward_scratch_allocate(cfg, dev, w.dtype, max_T_, opt.max_num_seqs);
+  GRPO_CHECK_MSG(!opt.lora || (opt.lora->dtype == w.dtype && opt.lora->device == dev),
+                 "ModelRunner: the LoRA adapters must have the weights' dtype and device");
+  scratch_ = forward_scratch_allocate(cfg, dev, w.dtype, max_T_, opt.max_num_seqs, opt.lora ? opt.lora->cfg.r : 0);
   d_tokens_ = tensor_zeros(dev, DType::i32, {max_T_});
   d_positions_ = tensor_zeros(dev, DType::i32, {max_T_});
   d_token_seq_ = tensor_zeros(dev, DType::i32, {max_T_});
@@ -123,6 +125,7 @@ ForwardBatch ModelRunner::batch_view(int T, int S, int R, int max_context) {
   b.attn.n_prefill_tiles = n_prefill_tiles_;
   if (n_prefill_tiles_ > 0) b.attn.prefill_tiles = d_prefill_tiles_.slice0(0, n_prefill_tiles_);
   b.logit_rows = d_logit_rows_.slice0(0, R);
+  if (opt_.lora) b.lora.push_back({opt_.lora, 0, T});
   return b;
 }
 

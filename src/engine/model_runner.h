@@ -39,6 +39,9 @@ struct ModelRunnerOptions {
   bool use_cuda_graphs = false;       // decode steps on CUDA only
   std::vector<int> graph_batch_sizes; // empty: 1, 2, 4, 8, then multiples of 8 up to max_num_seqs
   int graph_max_context = 0;          // graphs serve decode steps whose contexts fit this (0: min(max_model_len, 2048))
+  // LoRA adapters applied (unmerged) to every row, or null. Their buffers are read in
+  // place by every step and by the captured graphs: update them in place, never rebind.
+  const LoraWeights* lora = nullptr;
 };
 
 // Sampling settings of one logits row (host side).

@@ -1,5 +1,6 @@
 // Setup of a `grpo train` run (see loop_setup.h).
 #include "train/loop_setup.h"
+#include "train/lora_setup.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -195,8 +196,19 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   ac.weight_decay = float(cfg.train.weight_decay);
   ac.max_grad_norm = float(cfg.train.max_grad_norm);
   GRPO_TRY(ac.validate());
-  t.opt = optimizer_create(*r.ctx, *r.weights, ac);
-  if (cfg.train.beta > 0) {
+  if (cfg.lora.enabled) {
+    GRPO_ASSIGN_OR_RETURN(LoraConfig lc, lora_config_from(cfg.lora, r.paths.model));
+    t.lora = lora_create_adapters(*r.weights, lc, uint64_t(cfg.lora.seed));
+    t.model.lora = t.lora.get();
+    t.opt = optimizer_create_lora(*r.ctx, *t.lora, ac);
+    const LoraMemory mem = lora_memory(r.weights->config, lc, r.weights->dtype);
+    GRPO_LOG_INFO("lora: r=%d alpha=%g, %lld adapter parameters; parameter + optimizer memory %.1f MiB (full "
+                  "fine-tuning: %.1f MiB)", lc.r, double(lc.alpha), (long long)mem.adapter_params,
+                  double(mem.lora_bytes) / 1048576.0, double(mem.full_bytes) / 1048576.0);
+  } else {
+    t.opt = optimizer_create(*r.ctx, *r.weights, ac);
+  }
+  if (cfg.train.beta > 0 && !cfg.lora.enabled) {
     auto ref = model_load(r.paths.model, co.device, dt, r.ctx.get());
     if (!ref.ok()) return ref.status().with_context("reference model");
     t.ref = std::make_unique<ModelWeights>(std::move(ref).value());
@@ -253,6 +265,7 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
     GRPO_LOG_WARN("rollout.kv_cache_dtype = \"%s\": rollouts attend over FP8 keys/values but the trainer does not, so "
                   "their logprobs disagree more (logprob_mismatch/*); consider train.importance_sampling = "
                   "\"token_truncate\"", cfg.rollout.kv_cache_dtype.c_str());
+  eo.lora = t.lora.get();
   r.engine = std::make_unique<Engine>(*r.ctx, *r.weights, r.tok.get(), eo);
 
   SamplingParams& sp = r.rollout_cfg.params;

@@ -53,8 +53,11 @@ Result<MetricList> policy_train_step(PolicyTrainer& t, RolloutBatch& batch, size
   GrpoStepOptions so;
   so.loss = t.loss;
   so.micro = micro_options(t, samples.size());
-  if (t.ref) {
-    auto ref = compute_logprobs(ctx, t.model, *t.ref, samples, so.micro);
+  if (t.ref || (t.lora && t.loss.beta != 0)) {
+    const LoraWeights* adapters = t.model.lora;
+    if (!t.ref) t.model.lora = nullptr;  // the LoRA reference policy: the frozen base alone
+    auto ref = compute_logprobs(ctx, t.model, t.ref ? *t.ref : *t.w, samples, so.micro);
+    t.model.lora = adapters;
     if (!ref.ok()) return ref.status().with_context("reference logprobs");
     for (size_t i = 0; i < samples.size(); ++i) samples[i].ref_logp = std::move(ref.value()[i]);
   }

@@ -26,6 +26,9 @@ struct PolicyTrainer {
   Context* ctx = nullptr;
   ModelWeights* w = nullptr;                 // the weights the engine reads (written in place)
   std::unique_ptr<ModelWeights> ref;         // frozen reference when β > 0
+  // LoRA: the adapters trained (model.lora points at them; the engine reads them in
+  // place). With β > 0 the reference is the base, i.e. *w without the adapters.
+  std::unique_ptr<LoraWeights> lora;
   TrainModel model;
   Optimizer opt;
   GrpoLossConfig loss;

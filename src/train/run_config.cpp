@@ -1,5 +1,6 @@
 // RunConfig value checks and path resolution. Parsing/dumping: run_config_io.cpp.
 #include "train/run_config.h"
+#include "train/lora_setup.h"
 
 #include <cmath>
 #include <filesystem>
@@ -158,6 +159,7 @@ Status RunConfig::validate() const {
   c.require(log.every >= 1, "log.every", log.every, "must be >= 1");
   c.one_of("log.progress", log.progress, {"auto", "bar", "plain", "off"});
   c.one_of("log.level", log.level, {"debug", "info", "warn", "error", "quiet"});
+  if (c.status().ok() && lora.enabled) return lora_config_from(lora, "").status();
   return c.status();
 }
 

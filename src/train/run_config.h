@@ -137,6 +137,18 @@ struct LogSection {
   std::string level = "info";     // debug | info | warn | error | quiet
 };
 
+// [lora]: train LoRA adapters on a frozen base instead of every weight (docs/lora.md).
+struct LoraSection {
+  bool enabled = false;
+  int64_t r = 8;
+  double alpha = 16;      // scaling = alpha / r (alpha / √r with use_rslora)
+  double dropout = 0;     // must be 0 for training (see docs/lora.md)
+  bool use_rslora = false;
+  // q, k, v, o, gate, up, down or PEFT's q_proj, ..., down_proj
+  std::vector<std::string> target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  int64_t seed = 0;       // initialisation of A
+};
+
 struct RunConfig {
   RunSection run;
   ModelSection model;
@@ -147,6 +159,7 @@ struct RunConfig {
   EvalSection eval;
   CheckpointSection checkpoint;
   LogSection log;
+  LoraSection lora;
 
   // Value checks; the message names the key and value ("train.lr = -1: must be > 0").
   Status validate() const;

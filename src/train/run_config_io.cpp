@@ -67,6 +67,9 @@ std::vector<Field> fields_of(RunConfig& c) {
       {"log.jsonl", &c.log.jsonl}, {"log.tensorboard", &c.log.tensorboard}, {"log.plot", &c.log.plot},
       {"log.plot_metrics", &c.log.plot_metrics}, {"log.every", &c.log.every}, {"log.progress", &c.log.progress},
       {"log.level", &c.log.level},
+      {"lora.enabled", &c.lora.enabled}, {"lora.r", &c.lora.r}, {"lora.alpha", &c.lora.alpha},
+      {"lora.dropout", &c.lora.dropout}, {"lora.use_rslora", &c.lora.use_rslora},
+      {"lora.target_modules", &c.lora.target_modules}, {"lora.seed", &c.lora.seed},
   };
 }
 
