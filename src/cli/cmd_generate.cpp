@@ -13,6 +13,7 @@
 #include "core/timer.h"
 #include "engine/engine.h"
 #include "model/checkpoint.h"
+#include "model/lora.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -21,7 +22,7 @@ namespace {
 using namespace grpo;
 
 struct Args {
-  std::string model, prompt, ids, system, device = "cpu", dtype, kv_cache_dtype = "auto";
+  std::string model, prompt, ids, system, device = "cpu", dtype, kv_cache_dtype = "auto", lora;
   bool chat = false, ignore_eos = false, show_logprobs = false, no_prefix_cache = false, cuda_graphs = false;
   bool deterministic = false;
   float temperature = 1.f, top_p = 1.f, min_p = 0.f;
@@ -104,6 +105,13 @@ int run(const Args& a) {
   else if (!a.prompt.empty()) return cli::fail(cmd, t.status().message());
   else GRPO_LOG_WARN("generate: no tokenizer (%s); printing ids only", t.status().message().c_str());
   GRPO_LOG_INFO("generate: loaded %s in %.2f s", a.model.c_str(), now_seconds() - t_load);
+  std::unique_ptr<LoraWeights> lora;  // applied unmerged by the engine
+  if (!a.lora.empty()) {
+    auto l = lora_load(a.lora, w.value().config, co.device, dt);
+    if (!l.ok()) return cli::fail(cmd, l.status().with_context("--lora").message());
+    lora = std::make_unique<LoraWeights>(std::move(l).value());
+    GRPO_LOG_INFO("generate: LoRA adapter %s (r=%d, scaling %g)", a.lora.c_str(), lora->cfg.r, double(lora->scaling));
+  }
 
   auto prompt = build_prompt(a, tok.get());
   if (!prompt.ok()) return cli::fail(cmd, prompt.status().message());
@@ -117,6 +125,7 @@ int run(const Args& a) {
   eo.enable_prefix_caching = !a.no_prefix_cache;
   eo.use_cuda_graphs = a.cuda_graphs;
   eo.kv_cache_dtype = a.kv_cache_dtype;
+  eo.lora = lora.get();
   auto n_blocks = engine_kv_blocks(w.value().config, dt, eo);
   if (!n_blocks.ok()) return cli::fail(cmd, n_blocks.status().message());
 
@@ -171,6 +180,7 @@ int run(const Args& a) {
 cli::CommandRegistrar reg("generate", "Generate completions for a prompt with the rollout engine", [](CLI::App* sub) {
   auto a = std::make_shared<Args>();
   sub->add_option("--model", a->model, "Hugging Face model directory")->required();
+  sub->add_option("--lora", a->lora, "PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors) applied to --model");
   sub->add_option("--prompt", a->prompt, "Prompt text (encoded with the model's tokenizer)");
   sub->add_option("--ids", a->ids, "Prompt token ids, comma-separated (e.g. \"1,2,3\")");
   sub->add_flag("--chat", a->chat, "Wrap --prompt in the tokenizer's chat template (user turn + generation prompt)");
