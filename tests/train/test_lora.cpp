@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/columns.h"
+#include "model/checkpoint.h"
 #include "model/lora.h"
 #include "model/safetensors.h"
 #include "train_util.h"
@@ -294,4 +295,64 @@ TEST(Lora, LoadErrorsNameTheProblem) {
   auto missing = lora_load(dir, c, Device::cpu, DType::f32);
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("adapter_config.json"), std::string::npos);
+}
+
+// CUDA (skips without a device): LoRA training forward/backward on the qwen3 GRPO
+// fixture model in f32 and bf16 against the CPU reference (logp and every adapter gradient).
+TEST(LoraCuda, TrainForwardBackwardMatchesCpu) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const std::string dir = std::string(GRPO_SOURCE_DIR) + "/tests/fixtures/grpo/qwen3";
+  auto hw = model_load(dir, Device::cpu, DType::f32);
+  ASSERT_TRUE(hw.ok()) << hw.status().message();
+  const ModelConfig& c = hw.value().config;
+  const LoraWeights ha = random_lora(c, all_targets(8, 16.f), 3);
+  Context cpu;
+  const std::vector<std::pair<int, int>> lens = {{5, 17}, {3, 9}, {8, 20}};
+  TrainBatch hb = random_batch(cpu, c, lens, 4);
+  std::vector<std::vector<int32_t>> seqs;
+  std::vector<int32_t> pl;
+  for (const auto& s : hb.seqs) {
+    seqs.emplace_back(hb.tokens_host.begin() + s.start, hb.tokens_host.begin() + s.start + s.total_len);
+    pl.push_back(s.prompt_len);
+  }
+  std::vector<float> coef(size_t(hb.n_completion));
+  for (size_t t = 0; t < coef.size(); ++t) coef[t] = std::sin(0.37f * float(t) + 0.1f);
+
+  auto run = [&](Context& ctx, const ModelWeights& w, const LoraWeights& a, std::vector<float>* lp,
+                 std::vector<float>* grads) {
+    auto b = train_batch_build(ctx, seqs, pl, c.vocab_size);
+    ASSERT_TRUE(b.ok());
+    TrainModel m;
+    LoraWeights g = lora_allocate(c, a.cfg, ctx.device(), DType::f32);
+    m.lora = &a;
+    m.lora_grads = &g;
+    Tensor t = tensor_empty(ctx.device(), DType::f32, {b->n_completion});
+    train_model_forward(ctx, m, w, *b, t, nullptr, true);
+    Tensor d = tensor_from_f32(ctx.device(), DType::f32, coef, {int64_t(coef.size())});
+    ModelWeights unused;
+    train_model_backward(ctx, m, w, *b, d, unused);
+    ctx.synchronize();
+    *lp = tensor_to_f32(t);
+    *grads = tensor_to_f32(g.arena);
+  };
+  std::vector<float> ref_lp, ref_g;
+  run(cpu, hw.value(), ha, &ref_lp, &ref_g);
+  double gmax = 0;
+  for (float x : ref_g) gmax = std::max(gmax, double(std::fabs(x)));
+  for (DType dt : {DType::f32, DType::bf16}) {
+    ContextOptions co;
+    co.device = Device::cuda;
+    Context gpu(co);
+    ModelWeights w = weights_allocate(c, Device::cuda, dt);
+    tensor_copy_convert(w.arena, hw.value().arena);
+    LoraWeights a = lora_allocate(c, ha.cfg, Device::cuda, dt);
+    tensor_copy_convert(a.arena, ha.arena);
+    std::vector<float> lp, g;
+    run(gpu, w, a, &lp, &g);
+    const bool f32 = dt == DType::f32;
+    expect_close(lp.data(), ref_lp.data(), int64_t(lp.size()), f32 ? 1e-4 : 0.1, f32 ? 1e-4 : 0.05,
+                 std::string("logp ") + dtype_name(dt));
+    expect_close(g.data(), ref_g.data(), int64_t(g.size()), (f32 ? 1e-4 : 0.05) * gmax, f32 ? 1e-3 : 0.1,
+                 std::string("adapter grads ") + dtype_name(dt));
+  }
 }
