@@ -51,6 +51,10 @@ struct EngineOptions {
   // LoRA adapters every request runs with (unmerged; e.g. those `grpo train` trains in
   // place), or null. Must outlive the engine.
   const LoraWeights* lora = nullptr;
+  // Resident LoRA adapters a request picks with SamplingParams::lora_slot (each must
+  // outlive the engine; same dtype and device as the weights). Rows are grouped by
+  // adapter in each step; a slot's tensors may be rewritten in place between steps.
+  std::vector<const LoraWeights*> lora_slots;
   Status validate() const;
 };
 

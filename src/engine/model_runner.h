@@ -42,6 +42,9 @@ struct ModelRunnerOptions {
   // LoRA adapters applied (unmerged) to every row, or null. Their buffers are read in
   // place by every step and by the captured graphs: update them in place, never rebind.
   const LoraWeights* lora = nullptr;
+  // Further adapters rows may run with (Sequence::lora); steps mixing adapters other
+  // than `lora` run eagerly (the graphs are captured with `lora` on every row).
+  std::vector<const LoraWeights*> lora_slots;
 };
 
 // Sampling settings of one logits row (host side).
