@@ -300,6 +300,27 @@ Result<LoraWeights> lora_load(const std::string& dir, const ModelConfig& mc, Dev
   return out;
 }
 
+Status lora_load_into(LoraWeights& dst, const std::string& dir) {
+  auto l = lora_load(dir, dst.model, Device::cpu, DType::f32);
+  if (!l.ok()) return l.status();
+  const LoraConfig& c = l.value().cfg;
+  auto names = [](const LoraConfig& x) {
+    std::string s;
+    for (auto t : x.targets) s += std::string(s.empty() ? "" : ",") + kShort[int(t)];
+    return s;
+  };
+  if (c.r != dst.cfg.r || c.targets != dst.cfg.targets)
+    return error_status(dir + ": adapter r=" + std::to_string(c.r) + " targets " + names(c) +
+                        " does not fit the loaded slot (r=" + std::to_string(dst.cfg.r) + " targets " + names(dst.cfg) +
+                        "); a slot keeps its shapes: load this adapter into a new slot");
+  if (l.value().scaling != dst.scaling)
+    return error_status(dir + ": adapter scaling " + std::to_string(l.value().scaling) + " differs from the slot's " +
+                        std::to_string(dst.scaling) + " (lora_alpha / r or use_rslora changed); load it into a new slot");
+  tensor_copy_convert(dst.arena, l.value().arena);
+  dst.cfg.base_model = c.base_model;
+  return ok_status();
+}
+
 void lora_merge_into(ModelWeights& base, const LoraWeights& w) {
   const ModelConfig& mc = base.config;
   GRPO_CHECK(int(w.layers.size()) == mc.n_layers);

@@ -92,6 +92,13 @@ Status lora_save(const std::string& dir, const LoraWeights& w);
 // Refuses what it cannot represent exactly (DoRA, rank/alpha patterns, bias, other modules).
 Result<LoraWeights> lora_load(const std::string& dir, const ModelConfig& mc, Device dev, DType dt);
 
+// Reads a PEFT adapter into the existing buffers of `dst` (any dtype and device): an
+// in-place swap that keeps every pointer valid, so engine slots and captured CUDA
+// graphs see the new adapter on their next step. The adapter must have dst's r,
+// targets and scaling (graphs hold the scaling as a kernel argument). On error dst is
+// unchanged.
+Status lora_load_into(LoraWeights& dst, const std::string& dir);
+
 // base += scaling·B·A for every adapted target (the merged model computes what
 // base + adapter compute unmerged). Done in f32 on the host, one rounding to base's dtype.
 void lora_merge_into(ModelWeights& base, const LoraWeights& w);

@@ -209,8 +209,17 @@ TEST(EngineLoraCuda, MatchesMergedEagerAndGraphsAndSwapsInPlace) {
     tensor_copy_convert(a.arena, hb.arena);
     c1.synchronize();
     const double swap_ms = (now_seconds() - t0) * 1e3;
-    std::printf("  [%s] adapter swap in place: %.3f ms (%lld parameters)\n", tag.c_str(), swap_ms,
+    std::printf("  [%s] adapter swap in place from host memory: %.3f ms (%lld parameters)\n", tag.c_str(), swap_ms,
                 (long long)a.arena.numel());
+    // The same swap from PEFT files (what a server reloading adapters does).
+    const std::string dir = "/tmp/grpo_engine_lora_swap_" + tag;
+    ASSERT_TRUE(lora_save(dir, hb).ok());
+    const double t1 = now_seconds();
+    Status ls = lora_load_into(a, dir);
+    c1.synchronize();
+    ASSERT_TRUE(ls.ok()) << ls.message();
+    std::printf("  [%s] adapter swap in place from %s: %.3f ms\n", tag.c_str(), dir.c_str(),
+                (now_seconds() - t1) * 1e3);
     graphs.reset_prefix_cache();
     eager.reset_prefix_cache();
     auto g2 = graphs.generate(prompts(), greedy(32));

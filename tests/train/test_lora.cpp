@@ -264,6 +264,35 @@ TEST(Lora, PeftFilesRoundTrip) {
   std::filesystem::remove_all(dir);
 }
 
+// An adapter file loaded into an existing slot's buffers (hot swap): same pointers,
+// new values; a different r or scaling is refused and leaves the slot unchanged.
+TEST(Lora, LoadIntoExistingSlotInPlace) {
+  ModelConfig c = tiny_config(false, true, false);
+  LoraConfig lc = all_targets(4, 8.f);
+  LoraWeights slot = random_lora(c, lc, 1), next = random_lora(c, lc, 2);
+  const void* where = slot.arena.data;
+  const std::string dir = tmp_dir("swap");
+  ASSERT_TRUE(lora_save(dir, next).ok());
+  Status st = lora_load_into(slot, dir);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(slot.arena.data, where);
+  EXPECT_EQ(tensor_to_f32(slot.arena), tensor_to_f32(next.arena));
+
+  const std::vector<float> before = tensor_to_f32(slot.arena);
+  LoraWeights other_r = random_lora(c, all_targets(2, 4.f), 3);
+  ASSERT_TRUE(lora_save(dir, other_r).ok());
+  st = lora_load_into(slot, dir);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("new slot"), std::string::npos) << st.message();
+  LoraWeights other_alpha = random_lora(c, all_targets(4, 32.f), 4);
+  ASSERT_TRUE(lora_save(dir, other_alpha).ok());
+  st = lora_load_into(slot, dir);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("scaling"), std::string::npos) << st.message();
+  EXPECT_EQ(tensor_to_f32(slot.arena), before);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Lora, LoadErrorsNameTheProblem) {
   ModelConfig c = tiny_config(false, false, false);
   LoraConfig lc = all_targets(2, 4.f);
