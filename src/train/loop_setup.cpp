@@ -198,7 +198,11 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   GRPO_TRY(ac.validate());
   if (cfg.lora.enabled) {
     GRPO_ASSIGN_OR_RETURN(LoraConfig lc, lora_config_from(cfg.lora, r.paths.model));
-    t.lora = lora_create_adapters(*r.weights, lc, uint64_t(cfg.lora.seed));
+    if (cfg.lora.init_from.empty()) {
+      t.lora = lora_create_adapters(*r.weights, lc, uint64_t(cfg.lora.seed));
+    } else {
+      GRPO_ASSIGN_OR_RETURN(t.lora, lora_adapters_from(*r.weights, lc, cfg.lora.init_from));
+    }
     t.model.lora = t.lora.get();
     t.opt = optimizer_create_lora(*r.ctx, *t.lora, ac);
     const LoraMemory mem = lora_memory(r.weights->config, lc, r.weights->dtype);

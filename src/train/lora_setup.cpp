@@ -39,6 +39,30 @@ std::unique_ptr<LoraWeights> lora_create_adapters(const ModelWeights& base, cons
   return w;
 }
 
+Result<std::unique_ptr<LoraWeights>> lora_adapters_from(const ModelWeights& base, const LoraConfig& lc,
+                                                        const std::string& dir) {
+  auto l = lora_load(dir, base.config, base.device, base.dtype);
+  if (!l.ok()) return l.status().with_context("lora.init_from");
+  const LoraConfig& f = l.value().cfg;
+  auto differ = [&](const std::string& key, const std::string& file, const std::string& cfg) {
+    return error_status("lora.init_from = " + dir + ": the adapter has " + key + " = " + file + " but [lora] has " +
+                        cfg + "; set " + key + " to match the adapter");
+  };
+  if (f.r != lc.r) return differ("lora.r", std::to_string(f.r), std::to_string(lc.r));
+  if (f.alpha != lc.alpha) return differ("lora.alpha", std::to_string(f.alpha), std::to_string(lc.alpha));
+  if (f.use_rslora != lc.use_rslora)
+    return differ("lora.use_rslora", f.use_rslora ? "true" : "false", lc.use_rslora ? "true" : "false");
+  if (f.targets != lc.targets) {
+    std::string a, b;
+    for (auto t : f.targets) a += std::string(a.empty() ? "" : ", ") + lora_target_peft_name(t);
+    for (auto t : lc.targets) b += std::string(b.empty() ? "" : ", ") + lora_target_peft_name(t);
+    return differ("lora.target_modules", "[" + a + "]", "[" + b + "]");
+  }
+  auto w = std::make_unique<LoraWeights>(std::move(l).value());
+  w->cfg.base_model = lc.base_model;
+  return w;
+}
+
 Status lora_save_from_optimizer(const std::string& dir, const Optimizer& opt) {
   GRPO_CHECK(opt.adapters);
   LoraWeights master;

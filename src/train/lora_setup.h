@@ -17,6 +17,10 @@ Result<LoraConfig> lora_config_from(const LoraSection& s, const std::string& bas
 
 // Adapters for `base`, in its dtype on its device, with PEFT's initialisation from `seed`.
 std::unique_ptr<LoraWeights> lora_create_adapters(const ModelWeights& base, const LoraConfig& lc, uint64_t seed);
+// Adapters read from a PEFT directory (lora.init_from), which must agree with `lc`
+// (r, alpha, use_rslora, targets); errors name the differing key.
+Result<std::unique_ptr<LoraWeights>> lora_adapters_from(const ModelWeights& base, const LoraConfig& lc,
+                                                        const std::string& dir);
 
 // Writes the adapters of a LoRA optimizer into `dir` as PEFT files (from the f32 master).
 Status lora_save_from_optimizer(const std::string& dir, const Optimizer& opt);

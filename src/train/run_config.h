@@ -147,6 +147,7 @@ struct LoraSection {
   // q, k, v, o, gate, up, down or PEFT's q_proj, ..., down_proj
   std::vector<std::string> target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
   int64_t seed = 0;       // initialisation of A
+  std::string init_from;  // a PEFT adapter directory to start from instead (its r, alpha, targets must match)
 };
 
 struct RunConfig {

@@ -70,6 +70,7 @@ std::vector<Field> fields_of(RunConfig& c) {
       {"lora.enabled", &c.lora.enabled}, {"lora.r", &c.lora.r}, {"lora.alpha", &c.lora.alpha},
       {"lora.dropout", &c.lora.dropout}, {"lora.use_rslora", &c.lora.use_rslora},
       {"lora.target_modules", &c.lora.target_modules}, {"lora.seed", &c.lora.seed},
+      {"lora.init_from", &c.lora.init_from},
   };
 }
 

@@ -15,6 +15,7 @@
 #include "model/checkpoint.h"
 #include "model/lora.h"
 #include "model/safetensors.h"
+#include "train/lora_setup.h"
 #include "train_util.h"
 
 using namespace grpo;
@@ -290,6 +291,35 @@ TEST(Lora, LoadIntoExistingSlotInPlace) {
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("scaling"), std::string::npos) << st.message();
   EXPECT_EQ(tensor_to_f32(slot.arena), before);
+  std::filesystem::remove_all(dir);
+}
+
+// lora.init_from: the adapter read must agree with [lora]; a mismatch names the key to change.
+TEST(Lora, InitFromChecksTheConfig) {
+  ModelConfig c = tiny_config(false, false, false);
+  ModelWeights w = random_weights(c, 1);
+  LoraSection sec;
+  sec.enabled = true;
+  sec.r = 4;
+  sec.alpha = 8;
+  sec.target_modules = {"q", "v_proj"};
+  auto lc = lora_config_from(sec, "base");
+  ASSERT_TRUE(lc.ok()) << lc.status().message();
+  LoraWeights src = random_lora(c, lc.value(), 6);
+  const std::string dir = tmp_dir("init_from");
+  ASSERT_TRUE(lora_save(dir, src).ok());
+  auto got = lora_adapters_from(w, lc.value(), dir);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_EQ(tensor_to_f32(got.value()->arena), tensor_to_f32(src.arena));
+  sec.alpha = 16;
+  auto bad = lora_adapters_from(w, lora_config_from(sec, "base").value(), dir);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("lora.alpha"), std::string::npos) << bad.status().message();
+  sec.alpha = 8;
+  sec.target_modules = {"q"};
+  bad = lora_adapters_from(w, lora_config_from(sec, "base").value(), dir);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("lora.target_modules"), std::string::npos) << bad.status().message();
   std::filesystem::remove_all(dir);
 }
 
