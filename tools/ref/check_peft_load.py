@@ -28,9 +28,9 @@ def main():
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
-    base = AutoModelForCausalLM.from_pretrained(a.base, torch_dtype=torch.float32, attn_implementation="eager")
+    base = AutoModelForCausalLM.from_pretrained(a.base, dtype=torch.float32, attn_implementation="eager")
     pm = PeftModel.from_pretrained(base, a.adapter).eval()
-    merged = AutoModelForCausalLM.from_pretrained(a.merged, torch_dtype=torch.float32,
+    merged = AutoModelForCausalLM.from_pretrained(a.merged, dtype=torch.float32,
                                                   attn_implementation="eager").eval()
     V = merged.config.vocab_size
     worst = 0.0
