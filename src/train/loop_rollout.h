@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/engine_service.h"
 #include "env/environment.h"
 #include "env/rewards.h"
 #include "train/advantages.h"
@@ -20,12 +21,17 @@
 
 namespace grpo {
 
+class Communicator;
+
 struct Completion {
   RequestOutput out;             // prompt ids, completion ids, text, logprobs, telemetry
   bool truncated = false;        // stopped by max_tokens (no EOS / stop)
   float reward = 0;              // weighted total over the reward functions
   std::vector<float> reward_values;  // unweighted, composer order
   float score = 0;               // the environment's task score in [0, 1]
+  // Per-token loss weights, one per completion token; empty = all ones. The hook
+  // for schemes that weigh tokens differently (tandem training fills it).
+  std::vector<float> loss_weights;
 };
 
 struct RolloutBatch {
@@ -38,17 +44,21 @@ struct RolloutBatch {
   // before its first step on the batch, when the ratio needs them.
   std::vector<std::vector<float>> old_logp;
   int64_t n_completion_tokens = 0;
-  MetricList metrics;                   // reward/*, accuracy, completion/*, time/rollout, time/reward
+  MetricList metrics;                   // reward/*, accuracy, completion/*, rollout/*, time/rollout, time/reward
 };
 
 uint64_t rollout_seed_for(uint64_t seed, int64_t generation, int64_t request);
 
 // Adds every prompt with `params` (params.n samples each; prompt k seeded with
 // seeds[k] when seeds is non-empty), runs the engine until all are done and
-// returns the outputs ordered prompt-major, sample-minor.
+// returns the outputs ordered prompt-major, sample-minor. With `svc` (the loop serves
+// its live policy, [server]) the prompts go through the service's queue and share the
+// batch with outside requests: the service runs for the call and is paused (drained)
+// again before it returns, so nothing else touches the engine while the loop trains.
 Result<std::vector<RequestOutput>> engine_run_prompts(Engine& engine, const std::vector<PreparedPrompt>& prompts,
                                                       const SamplingParams& params,
-                                                      const std::vector<uint64_t>& seeds);
+                                                      const std::vector<uint64_t>& seeds,
+                                                      EngineService* svc = nullptr);
 
 // Telemetry for the reward functions from an engine output.
 Telemetry telemetry_of(const RequestOutput& o);
@@ -57,17 +67,22 @@ struct RolloutConfig {
   SamplingParams params;       // n = G; seed set per prompt
   uint64_t seed = 0;           // rollout.seed
   ScaleRewards scale = ScaleRewards::group;
+  // Data parallel: this rank's first prompt within the global batch (sampling keys
+  // stay those of a one-rank run), and the ranks, to gather rewards so that
+  // advantages and reward statistics are those of the global batch.
+  int64_t request_offset = 0;
+  Communicator* comm = nullptr;
 };
 
 // One generation batch: samples, rewards, advantages and metrics.
 Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, const RewardComposer& rewards,
                                       std::vector<PreparedPrompt> prompts, const RolloutConfig& rc,
-                                      int64_t generation);
+                                      int64_t generation, EngineService* svc = nullptr);
 
 // Greedy (or sampled) eval: "eval/accuracy" (mean task score), "eval/reward"
 // (mean weighted reward), "eval/completion_length", "eval/time".
 Result<MetricList> rollout_eval(Engine& engine, const Environment& env, const RewardComposer& rewards,
                                 const std::vector<PreparedPrompt>& prompts, const SamplingParams& params,
-                                uint64_t seed);
+                                uint64_t seed, EngineService* svc = nullptr, int64_t first_index = 0);
 
 }  // namespace grpo

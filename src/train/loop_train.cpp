@@ -3,7 +3,9 @@
 
 #include <algorithm>
 
+#include "core/check.h"
 #include "core/timer.h"
+#include "train/data_parallel.h"
 #include "train/train_step.h"
 
 namespace grpo {
@@ -18,6 +20,7 @@ GrpoSample sample_of(const RolloutBatch& batch, size_t i) {
   s.advantage = batch.advantages[i];
   s.truncated = c.truncated;
   s.rollout_logp = c.out.logprobs;
+  s.weights = c.loss_weights;
   return s;
 }
 
@@ -26,10 +29,24 @@ MicroBatchOptions micro_options(const PolicyTrainer& t, size_t count) {
   const int per_micro = (int(count) + accum - 1) / accum;
   MicroBatchOptions mb;
   mb.max_seqs = std::max(1, std::min(t.micro_batch, per_micro));
+  mb.max_tokens = t.micro_tokens;
   return mb;
 }
 
 }  // namespace
+
+bool policy_has_reference(const PolicyTrainer& t) { return t.ref || (t.lora && t.loss.beta != 0); }
+
+Result<std::vector<std::vector<float>>> policy_reference_logprobs(PolicyTrainer& t, const std::vector<GrpoSample>& samples,
+                                                                  const MicroBatchOptions& mb) {
+  if (t.ref) return compute_logprobs(*t.ctx, t.model, *t.ref, samples, mb);
+  GRPO_CHECK(t.lora);
+  const LoraWeights* adapters = t.model.lora;
+  t.model.lora = nullptr;  // the LoRA reference policy: the frozen base alone
+  auto ref = compute_logprobs(*t.ctx, t.model, *t.w, samples, mb);
+  t.model.lora = adapters;
+  return ref;
+}
 
 Result<MetricList> policy_train_step(PolicyTrainer& t, RolloutBatch& batch, size_t begin, size_t end,
                                      bool use_old_logp) {
@@ -53,11 +70,18 @@ Result<MetricList> policy_train_step(PolicyTrainer& t, RolloutBatch& batch, size
   GrpoStepOptions so;
   so.loss = t.loss;
   so.micro = micro_options(t, samples.size());
-  if (t.ref || (t.lora && t.loss.beta != 0)) {
-    const LoraWeights* adapters = t.model.lora;
-    if (!t.ref) t.model.lora = nullptr;  // the LoRA reference policy: the frozen base alone
-    auto ref = compute_logprobs(ctx, t.model, t.ref ? *t.ref : *t.w, samples, so.micro);
-    t.model.lora = adapters;
+  if (t.dp && t.dp->size() > 1) {
+    // The loss normalisers of the global batch, so that N ranks take the one-rank step.
+    std::vector<double> counts = {double(samples.size()),
+                                  grpo_count_loss_tokens(samples, t.loss.mask_truncated_completions)};
+    GRPO_TRY(t.dp->comm->all_reduce_host(counts, HostReduce::sum).with_context("loss normalisers"));
+    so.n_seqs_total = int(counts[0]);
+    if (t.loss.loss_type == LossType::dapo || t.loss.loss_type == LossType::cispo)
+      so.dapo_num_items = std::max(1.0, counts[1]);
+  }
+  so.dp = t.dp;
+  if (policy_has_reference(t)) {
+    auto ref = policy_reference_logprobs(t, samples, so.micro);
     if (!ref.ok()) return ref.status().with_context("reference logprobs");
     for (size_t i = 0; i < samples.size(); ++i) samples[i].ref_logp = std::move(ref.value()[i]);
   }

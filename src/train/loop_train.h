@@ -3,7 +3,7 @@
 // the rollout logprobs, backward, clipping, AdamW writing the very weights the
 // engine reads). Reference logprobs (β > 0) come from a frozen copy first.
 //
-// Micro-batches: at most micro_batch sequences (and 8192 packed tokens) each,
+// Micro-batches: at most micro_batch sequences (and micro_tokens packed tokens) each,
 // and at least grad_accum of them when the slice allows. The loss is
 // normalised over the whole slice (S_tot = slice size; dapo: the slice's
 // unmasked completion tokens — TRL's num_items_in_batch when one generation
@@ -19,8 +19,11 @@
 #include "train/loop_rollout.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
+#include "train/train_step.h"
 
 namespace grpo {
+
+struct DataParallel;
 
 struct PolicyTrainer {
   Context* ctx = nullptr;
@@ -34,8 +37,17 @@ struct PolicyTrainer {
   GrpoLossConfig loss;
   LrSchedule sched;
   int micro_batch = 8;
+  int micro_tokens = 8192;  // packed tokens per micro-batch at most
   int grad_accum = 1;
+  const DataParallel* dp = nullptr;  // data-parallel ranks (train/data_parallel.h); nullptr = one rank
 };
+
+// Whether the loss needs reference logprobs: a frozen copy (ref), or with LoRA and
+// β > 0 the base weights with the adapters off.
+bool policy_has_reference(const PolicyTrainer& t);
+// The reference policy's logprobs of `samples` (policy_has_reference must hold).
+Result<std::vector<std::vector<float>>> policy_reference_logprobs(PolicyTrainer& t, const std::vector<GrpoSample>& samples,
+                                                                  const MicroBatchOptions& mb);
 
 // One optimizer step over completions [begin, end) of `batch`, as TRL's
 // GRPOTrainer: with use_old_logp (μ > 1 or several optimizer steps per

@@ -79,7 +79,7 @@ TEST(TrainConfig, PrintConfigShowsOverrides) {
 }
 
 TEST(TrainConfig, ExampleConfigsParse) {
-  for (const char* name : {"default.toml", "gsm8k-qwen2.5.toml"}) {
+  for (const char* name : {"default.toml", "gsm8k-qwen2.5.toml", "bench-qwen2.5-0.5b.toml", "bench-qwen3-0.6b.toml"}) {
     const std::string p = std::string(GRPO_SOURCE_DIR) + "/examples/" + name;
     auto text = read_file(p);
     ASSERT_TRUE(text.ok()) << p;
@@ -160,4 +160,39 @@ TEST(TrainCli, RunStopAndResume) {
   EXPECT_NE(r.output.find("train.steps: 2 -> 3"), std::string::npos) << r.output;
   EXPECT_EQ(checkpoint_latest(out), out + "/checkpoint-3");
   fs::remove_all(dir);
+}
+
+// The engine flags of `grpo generate` (cli/engine_flags.h): the [engine] keys as flags,
+// validated with flag names, enum values from the same tables as the config.
+TEST(GenerateCli, EngineFlags) {
+  const std::string model = std::string(GRPO_SOURCE_DIR) + "/models/arith-tiny";
+  const std::string base = "generate --model " + model + " --ids 1,2,3 --max-tokens 3 --temperature 0 ";
+  CmdResult ok = run_grpo(base + "--block-size 4 --max-num-seqs 8 --max-num-batched-tokens 64 --kv-cache-mib 1 "
+                                 "--no-prefix-caching --no-cuda-graphs");
+  ASSERT_EQ(ok.code, 0) << ok.output;
+  // arith-tiny: 2 layers × K and V × 4 tokens × 2 kv heads × 32 dims × 4 bytes = 4096 bytes a block.
+  EXPECT_NE(ok.output.find("256 KV blocks of 4"), std::string::npos) << ok.output;
+  CmdResult bad = run_grpo(base + "--block-size 0");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.output.find("--block-size = 0: must be in 1..1024"), std::string::npos) << bad.output;
+  CmdResult graphs = run_grpo(base + "--cuda-graphs maybe");
+  EXPECT_NE(graphs.code, 0);
+  EXPECT_NE(graphs.output.find("'maybe' is not one of auto, on, off"), std::string::npos) << graphs.output;
+  CmdResult kv = run_grpo(base + "--kv-cache-dtype int4");
+  EXPECT_NE(kv.code, 0);
+  EXPECT_NE(kv.output.find("not one of auto, fp8, fp8_e4m3"), std::string::npos) << kv.output;
+  CmdResult on_cpu = run_grpo(base + "--cuda-graphs on");
+  EXPECT_EQ(on_cpu.code, 1);
+  EXPECT_NE(on_cpu.output.find("CUDA graphs need a CUDA device"), std::string::npos) << on_cpu.output;
+}
+
+TEST(TrainCli, ListKeysShowsEngineKeysAndAllowedValues) {
+  CmdResult r = run_grpo("train --list-keys");
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* line : {"engine.block_size\n", "engine.gpu_memory_utilization\n", "engine.kv_cache_mib\n",
+                           "engine.cuda_graphs  (auto, on, off)\n", "engine.kv_cache_dtype  (auto, fp8, fp8_e4m3)\n",
+                           "rollout.ignore_eos\n", "rollout.min_new_tokens\n", "train.activation_recompute\n",
+                           "train.micro_batch_tokens\n", "train.lr_schedule  (constant, linear, cosine)\n"})
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << r.output;
+  EXPECT_EQ(r.output.find("rollout.kv_cache_dtype"), std::string::npos);
 }

@@ -194,7 +194,7 @@ TEST(RunConfigDiff, ListsChangedKeysAndRewards) {
   b.rollout.num_generations = 2;
   b.model.path = "/elsewhere";
   b.train.loss_type = "grpo";
-  b.log.level = "debug";           // does not change what is trained
+  b.log.level = LogLevel::debug;         // does not change what is trained
   b.run.output_dir = "/other/dir";  // the directory being resumed
   b.reward[1].params["target"] = 9;
   b.reward.push_back({"format_strict", 0.5});

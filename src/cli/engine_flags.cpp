@@ -1,0 +1,71 @@
+// Engine flags of the engine-running subcommands (see engine_flags.h).
+#include "cli/engine_flags.h"
+
+#include <string>
+
+namespace grpo::cli {
+
+namespace {
+
+// A CLI11 option over an enum-like value, parsed through the value's one name table.
+template <class E>
+CLI::Option* add_enum(CLI::App* app, const std::string& flag, E* out, std::span<const EnumName<E>> table,
+                      const std::string& help) {
+  return app
+      ->add_option_function<std::string>(
+          flag,
+          [out, table, flag](const std::string& s) {
+            auto v = enum_parse(table, s);
+            if (!v) throw CLI::ValidationError(flag, "'" + s + "' is not one of " + enum_allowed(table));
+            *out = *v;
+          },
+          help + " (" + enum_allowed(table) + "; default " + enum_name(table, *out) + ")");
+}
+
+}  // namespace
+
+void add_engine_flags(CLI::App* app, EngineConfig* c) {
+  const std::string g = "Engine";
+  app->add_option("--block-size", c->block_size, "Tokens per KV block")->capture_default_str()->group(g);
+  app->add_option("--max-num-seqs", c->max_num_seqs, "Sequences per step at most (0 = the command's default)")
+      ->capture_default_str()->group(g);
+  app->add_option("--max-num-batched-tokens,--max-batched-tokens", c->max_num_batched_tokens,
+                  "Tokens per step at most (chunked prefill)")
+      ->capture_default_str()->group(g);
+  app->add_option("--max-model-len", c->max_model_len, "Context length (0 = the model's)")->capture_default_str()->group(g);
+  app->add_flag("!--no-prefix-caching,!--no-prefix-cache", c->enable_prefix_caching, "Disable prefix caching")->group(g);
+  app->add_flag("!--no-chunked-prefill", c->enable_chunked_prefill, "Admit prompts only whole")->group(g);
+  add_enum(app, "--cuda-graphs", &c->cuda_graphs, cuda_graphs_names(),
+           "Capture decode steps in CUDA graphs (auto = on when the device is CUDA)")
+      ->group(g);
+  app->add_flag_callback("--no-cuda-graphs", [c] { c->cuda_graphs = CudaGraphsMode::off; }, "Same as --cuda-graphs off")
+      ->group(g);
+  app->add_option("--cuda-graph-max-context", c->cuda_graph_max_context,
+                  "Decode graphs serve contexts up to this (0 = min(max-model-len, 2048))")
+      ->group(g);
+  add_enum(app, "--kv-cache-dtype", &c->kv_cache_dtype, kv_cache_dtype_names(),
+           "KV cache element type: auto (the weights' dtype) or fp8 (= fp8_e4m3: one byte per element, scale 1.0, "
+           "saturating at +-448; needs head_dim % 16 == 0)")
+      ->group(g);
+  app->add_option("--gpu-memory-utilization", c->gpu_memory_utilization,
+                  "Fraction of the GPU's memory the process may use; the KV cache gets what the weights and buffers "
+                  "leave")
+      ->capture_default_str()->group(g);
+  app->add_option("--kv-cache-mib", c->kv_cache_mib,
+                  "KV cache budget in MiB (0 = from --gpu-memory-utilization on CUDA, 256 on the CPU)")
+      ->capture_default_str()->group(g);
+}
+
+Status engine_flags_validate(const EngineConfig& c) {
+  Status s = c.validate("");
+  if (s.ok()) return s;
+  // "block_size = 0: ..." -> "--block-size = 0: ..."
+  std::string m = s.message();
+  const size_t eq = m.find(' ');
+  std::string key = m.substr(0, eq);
+  for (char& ch : key)
+    if (ch == '_') ch = '-';
+  return error_status("--" + key + m.substr(eq));
+}
+
+}  // namespace grpo::cli

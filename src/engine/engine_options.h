@@ -1,0 +1,62 @@
+// Resolved options of the rollout engine, read by the Engine, its Scheduler
+// and its ModelRunner (one struct, no field-by-field copies). Users configure
+// the engine through engine/engine_config.h, which builds these.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/enum_table.h"
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace grpo {
+
+struct LoraWeights;  // model/lora.h
+
+// Element type of the KV cache (vLLM's kv_cache_dtype): automatic ("auto") = the
+// model's dtype; fp8_e4m3 ("fp8", "fp8_e4m3") = OCP FP8 E4M3, one byte per element,
+// K/V rounded to nearest even on write with scale 1.0 (values beyond ±448 saturate).
+// Halves (bf16) or quarters (f32) the KV memory and reads; needs head_dim % 16 == 0.
+enum class KvCacheDtype { automatic, fp8_e4m3 };
+std::span<const EnumName<KvCacheDtype>> kv_cache_dtype_names();  // auto, fp8, fp8_e4m3
+
+// Resolved engine settings (engine/engine_config.h builds them from the user's
+// [engine] section). The scheduler and the model runner read this one struct.
+struct EngineOptions {
+  int block_size = 16;
+  size_t kv_cache_bytes = size_t(256) << 20;  // memory budget of the KV pool
+  int n_kv_blocks = 0;                         // > 0: use exactly this many blocks instead
+  int max_num_seqs = 64;
+  int max_num_batched_tokens = 2048;
+  int max_model_len = 0;                       // 0: the model's max_position_embeddings
+  bool enable_prefix_caching = true;
+  bool enable_chunked_prefill = true;
+  bool use_cuda_graphs = false;                // capture decode steps (CUDA only)
+  int cuda_graph_max_context = 0;              // graphs serve contexts up to this (0: min(max_model_len, 2048))
+  std::vector<int> cuda_graph_batch_sizes;     // empty: 1, 2, 4, 8, then multiples of 8 up to max_num_seqs
+  uint64_t seed = 0;                           // keys of requests without a seed
+  std::vector<int> eos_token_ids;              // empty: the tokenizer's, else config.json's
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::automatic;
+  // LoRA adapters every request runs with (unmerged; e.g. those `grpo train` trains in
+  // place), or null. Their buffers are read in place by every step and by the captured
+  // graphs: update them in place, never rebind. Must outlive the engine.
+  const LoraWeights* lora = nullptr;
+  // Resident LoRA adapters a request picks with SamplingParams::lora_slot (each must
+  // outlive the engine; same dtype and device as the weights). Rows are grouped by
+  // adapter in each step; a slot's tensors may be rewritten in place between steps;
+  // steps mixing adapters other than `lora` run eagerly (graphs hold `lora` on every row).
+  std::vector<const LoraWeights*> lora_slots;
+  Status validate() const;
+};
+
+// What the engine derives from the options and the model before building its
+// parts: KV blocks in the pool, context length and KV element type.
+struct EngineGeometry {
+  int n_blocks = 0;        // > 0
+  int max_model_len = 0;   // > 0
+  DType kv_dtype = DType::f32;  // the weights' dtype, or f8e4m3 (head_dim % 16 == 0)
+};
+
+}  // namespace grpo
