@@ -15,6 +15,7 @@
 #include "engine/engine.h"
 #include "engine/engine_config.h"
 #include "model/checkpoint.h"
+#include "model/lora.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -23,7 +24,7 @@ namespace {
 using namespace grpo;
 
 struct Args {
-  std::string model, prompt, ids, system, device = "cpu", dtype;
+  std::string model, prompt, ids, system, device = "cpu", dtype, lora;
   bool chat = false, ignore_eos = false, show_logprobs = false;
   bool deterministic = false;
   float temperature = 1.f, top_p = 1.f, min_p = 0.f;
@@ -109,6 +110,13 @@ int run(const Args& a) {
   else if (!a.prompt.empty()) return cli::fail(cmd, t.status().message());
   else GRPO_LOG_WARN("generate: no tokenizer (%s); printing ids only", t.status().message().c_str());
   GRPO_LOG_INFO("generate: loaded %s in %.2f s", a.model.c_str(), now_seconds() - t_load);
+  std::unique_ptr<LoraWeights> lora;  // applied unmerged by the engine
+  if (!a.lora.empty()) {
+    auto l = lora_load(a.lora, w.value().config, co.device, dt);
+    if (!l.ok()) return cli::fail(cmd, l.status().with_context("--lora").message());
+    lora = std::make_unique<LoraWeights>(std::move(l).value());
+    GRPO_LOG_INFO("generate: LoRA adapter %s (r=%d, scaling %g)", a.lora.c_str(), lora->cfg.r, double(lora->scaling));
+  }
 
   auto prompt = build_prompt(a, tok.get());
   if (!prompt.ok()) return cli::fail(cmd, prompt.status().message());
@@ -123,7 +131,8 @@ int run(const Args& a) {
   }
   auto eo_r = engine_options_from_config(a.engine, co.device, w.value().config, dt, mem, kDefaultMaxNumSeqs);
   if (!eo_r.ok()) return cli::fail(cmd, eo_r.status().message());
-  const EngineOptions eo = eo_r.value();
+  EngineOptions eo = eo_r.value();
+  eo.lora = lora.get();
 
   SamplingParams p;
   p.temperature = a.temperature;
@@ -176,6 +185,7 @@ int run(const Args& a) {
 cli::CommandRegistrar reg("generate", "Generate completions for a prompt with the rollout engine", [](CLI::App* sub) {
   auto a = std::make_shared<Args>();
   sub->add_option("--model", a->model, "Hugging Face model directory")->required();
+  sub->add_option("--lora", a->lora, "PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors) applied to --model");
   sub->add_option("--prompt", a->prompt, "Prompt text (encoded with the model's tokenizer)");
   sub->add_option("--ids", a->ids, "Prompt token ids, comma-separated (e.g. \"1,2,3\")");
   sub->add_flag("--chat", a->chat, "Wrap --prompt in the tokenizer's chat template (user turn + generation prompt)");

@@ -10,6 +10,8 @@ namespace grpo {
 
 namespace {
 constexpr uint64_t kRootHash = 0x6A09E667F3BCC908ull;
+// The chain's root for a salt (see match_prefix); salt 0 keeps the plain root.
+uint64_t root_of(uint64_t salt) { return salt == 0 ? kRootHash : kRootHash ^ (salt * 0x9E3779B97F4A7C15ull + 1); }
 }
 
 BlockManager::BlockManager(int n_blocks, int block_size, bool enable_prefix_caching)
@@ -34,10 +36,10 @@ int32_t BlockManager::lookup(uint64_t parent, std::span<const int32_t> ids, uint
   return it->second;
 }
 
-int BlockManager::match_prefix(std::span<const int32_t> tokens, int max_tokens) const {
+int BlockManager::match_prefix(std::span<const int32_t> tokens, int max_tokens, uint64_t salt) const {
   if (!caching_) return 0;
   const int n_full = std::min<int>(max_tokens, int(tokens.size())) / block_size_;
-  uint64_t parent = kRootHash, h = 0;
+  uint64_t parent = root_of(salt), h = 0;
   int j = 0;
   for (; j < n_full; ++j) {
     if (lookup(parent, tokens.subspan(size_t(j) * block_size_, size_t(block_size_)), &h) < 0) break;
@@ -46,11 +48,11 @@ int BlockManager::match_prefix(std::span<const int32_t> tokens, int max_tokens) 
   return j * block_size_;
 }
 
-bool BlockManager::can_allocate(std::span<const int32_t> tokens, int n_hit, int n_target) const {
+bool BlockManager::can_allocate(std::span<const int32_t> tokens, int n_hit, int n_target, uint64_t salt) const {
   GRPO_CHECK(n_hit % block_size_ == 0 && n_hit <= n_target && n_target <= int(tokens.size()));
   const int n_hit_blocks = n_hit / block_size_;
   int hits_unreferenced = 0;  // hit blocks that sit in the LRU are taken out of the obtainable pool
-  uint64_t parent = kRootHash, h = 0;
+  uint64_t parent = root_of(salt), h = 0;
   for (int j = 0; j < n_hit_blocks; ++j) {
     int32_t b = lookup(parent, tokens.subspan(size_t(j) * block_size_, size_t(block_size_)), &h);
     GRPO_CHECK_MSG(b >= 0, "can_allocate: n_hit does not match the prefix cache (call match_prefix first)");
@@ -91,12 +93,13 @@ int32_t BlockManager::take_fresh() {
   return b;
 }
 
-void BlockManager::allocate(BlockTable& table, std::span<const int32_t> tokens, int n_hit, int n_target) {
+void BlockManager::allocate(BlockTable& table, std::span<const int32_t> tokens, int n_hit, int n_target,
+                            uint64_t salt) {
   GRPO_CHECK_MSG(table.blocks.empty(), "allocate: the table already holds blocks");
-  GRPO_CHECK(can_allocate(tokens, n_hit, n_target));
+  GRPO_CHECK(can_allocate(tokens, n_hit, n_target, salt));
   table = BlockTable{};
   table.epoch = epoch_;
-  table.last_hash = kRootHash;
+  table.last_hash = root_of(salt);
   uint64_t h = 0;
   for (int j = 0; j < n_hit / block_size_; ++j) {
     int32_t b = lookup(table.last_hash, tokens.subspan(size_t(j) * block_size_, size_t(block_size_)), &h);

@@ -47,14 +47,16 @@ class BlockManager {
 
   // Number of leading tokens of `tokens` held by cached full blocks, counting only
   // blocks that end at or before max_tokens. 0 when prefix caching is off.
-  int match_prefix(std::span<const int32_t> tokens, int max_tokens) const;
+  // salt != 0 starts the hash chain from another root, so sequences whose K/V differ
+  // for the same tokens (another LoRA adapter) never share blocks with salt 0 ones.
+  int match_prefix(std::span<const int32_t> tokens, int max_tokens, uint64_t salt = 0) const;
 
   // For a sequence without blocks whose first n_hit tokens matched (match_prefix):
   // can blocks covering n_target >= n_hit tokens be obtained?
-  bool can_allocate(std::span<const int32_t> tokens, int n_hit, int n_target) const;
+  bool can_allocate(std::span<const int32_t> tokens, int n_hit, int n_target, uint64_t salt = 0) const;
   // Takes the hit blocks (refcount+1) and fresh ones up to n_target tokens, and
   // registers the full blocks within n_target. Precondition: can_allocate.
-  void allocate(BlockTable& table, std::span<const int32_t> tokens, int n_hit, int n_target);
+  void allocate(BlockTable& table, std::span<const int32_t> tokens, int n_hit, int n_target, uint64_t salt = 0);
 
   // Grows an allocated table to cover n_target tokens (decode: one more token;
   // chunked prefill: the next chunk). tokens holds at least n_target ids.

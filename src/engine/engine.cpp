@@ -85,6 +85,9 @@ Engine::~Engine() = default;
 Status Engine::check_request(const std::vector<int32_t>& prompt_ids, const SamplingParams& params) const {
   const int V = w_.config.vocab_size;
   GRPO_TRY(params.validate(V));
+  if (params.lora_slot >= int(opt_.lora_slots.size()) || (params.lora_slot >= 0 && !opt_.lora_slots[size_t(params.lora_slot)]))
+    return error_status("lora_slot " + std::to_string(params.lora_slot) + ": the engine has " +
+                        std::to_string(opt_.lora_slots.size()) + " LoRA adapter slot(s); load the adapter first");
   if (prompt_ids.empty()) return error_status("request: the prompt is empty (give at least one token id)");
   for (size_t i = 0; i < prompt_ids.size(); ++i)
     if (prompt_ids[i] < 0 || prompt_ids[i] >= V)
@@ -121,6 +124,12 @@ Result<int64_t> Engine::add_request(std::vector<int32_t> prompt_ids, const Sampl
     s->max_total = max_total;
     s->group = group;
     s->params = params;
+    if (params.lora_slot >= 0) {
+      s->lora = opt_.lora_slots[size_t(params.lora_slot)];
+      s->prefix_salt = uint64_t(params.lora_slot) + 1;
+    } else {
+      s->lora = opt_.lora;
+    }
     const uint64_t seed = params.seed ? *params.seed : (opt_.seed ^ sampling_mix64(uint64_t(rid)));
     s->rng_key = sampling_row_key(seed, uint64_t(j));
     s->t_arrival = now;

@@ -13,6 +13,8 @@
 
 namespace grpo {
 
+struct LoraWeights;  // model/lora.h
+
 // Element type of the KV cache (vLLM's kv_cache_dtype): automatic ("auto") = the
 // model's dtype; fp8_e4m3 ("fp8", "fp8_e4m3") = OCP FP8 E4M3, one byte per element,
 // K/V rounded to nearest even on write with scale 1.0 (values beyond ±448 saturate).
@@ -37,6 +39,15 @@ struct EngineOptions {
   uint64_t seed = 0;                           // keys of requests without a seed
   std::vector<int> eos_token_ids;              // empty: the tokenizer's, else config.json's
   KvCacheDtype kv_cache_dtype = KvCacheDtype::automatic;
+  // LoRA adapters every request runs with (unmerged; e.g. those `grpo train` trains in
+  // place), or null. Their buffers are read in place by every step and by the captured
+  // graphs: update them in place, never rebind. Must outlive the engine.
+  const LoraWeights* lora = nullptr;
+  // Resident LoRA adapters a request picks with SamplingParams::lora_slot (each must
+  // outlive the engine; same dtype and device as the weights). Rows are grouped by
+  // adapter in each step; a slot's tensors may be rewritten in place between steps;
+  // steps mixing adapters other than `lora` run eagerly (graphs hold `lora` on every row).
+  std::vector<const LoraWeights*> lora_slots;
   Status validate() const;
 };
 

@@ -77,7 +77,16 @@ ModelRunner::ModelRunner(Context& ctx, const ModelWeights& w, const EngineOption
 
   cache_ = kv_cache_allocate(cfg, dev, geo.kv_dtype, geo.n_blocks, opt.block_size);
   rope_ = rope_table_build(cfg, dev, geo.max_model_len);
-  scratch_ = forward_scratch_allocate(cfg, dev, w.dtype, max_T_, opt.max_num_seqs);
+  int lora_r = 0;
+  std::vector<const LoraWeights*> adapters = opt.lora_slots;
+  adapters.push_back(opt.lora);
+  for (const LoraWeights* a : adapters) {
+    if (!a) continue;
+    GRPO_CHECK_MSG(a->dtype == w.dtype && a->device == dev && int(a->layers.size()) == cfg.n_layers,
+                   "ModelRunner: LoRA adapters must match the weights' dtype, device and layer count");
+    lora_r = std::max(lora_r, a->cfg.r);
+  }
+  scratch_ = forward_scratch_allocate(cfg, dev, w.dtype, max_T_, opt.max_num_seqs, lora_r);
   d_tokens_ = tensor_zeros(dev, DType::i32, {max_T_});
   d_positions_ = tensor_zeros(dev, DType::i32, {max_T_});
   d_token_seq_ = tensor_zeros(dev, DType::i32, {max_T_});
@@ -123,6 +132,7 @@ ForwardBatch ModelRunner::batch_view(int T, int S, int R, int max_context) {
   b.attn.n_prefill_tiles = n_prefill_tiles_;
   if (n_prefill_tiles_ > 0) b.attn.prefill_tiles = d_prefill_tiles_.slice0(0, n_prefill_tiles_);
   b.logit_rows = d_logit_rows_.slice0(0, R);
+  if (opt_.lora) b.lora.push_back({opt_.lora, 0, T});
   return b;
 }
 
@@ -204,6 +214,7 @@ void ModelRunner::fill_inputs(const SchedulerOutput& step, int padded_T, bool al
 void ModelRunner::run_forward(const SchedulerOutput& step) {
   const int S = int(step.seqs.size()), T = step.n_tokens, R = step.n_sampled;
   bool decode = T == S && R == S;
+  for (int s = 0; decode && s < S; ++s) decode = step.seqs[size_t(s)].seq->lora == opt_.lora;  // graphs: one adapter
   for (int s = 0; decode && s < S; ++s) decode = step.seqs[size_t(s)].seq->n_computed < opt_.cuda_graph_max_context;
   if (graphs_ && decode) {
     int B = 0;
@@ -220,6 +231,17 @@ void ModelRunner::run_forward(const SchedulerOutput& step) {
   int max_context = 0;
   for (int t = 0; t < T; ++t) max_context = std::max(max_context, h_positions_[size_t(t)] + 1);
   ForwardBatch batch = batch_view(T, S, R, max_context);
+  // Each sequence's rows are contiguous: a group per run of sequences with one adapter.
+  batch.lora.clear();
+  int row = 0;
+  for (const ScheduledSeq& ss : step.seqs) {
+    const LoraWeights* a = ss.seq->lora;
+    if (a && !batch.lora.empty() && batch.lora.back().w == a && batch.lora.back().end == row)
+      batch.lora.back().end += ss.n_new;
+    else if (a)
+      batch.lora.push_back({a, row, row + ss.n_new});
+    row += ss.n_new;
+  }
   Tensor logits = d_logits_.slice0(0, R);
   transformer_forward(ctx_, w_, cache_, rope_, batch, scratch_, logits);
 }

@@ -13,6 +13,7 @@ Status SamplingParams::validate(int vocab_size) const {
     return bad("temperature must be >= 0 (0 = greedy), got " + std::to_string(temperature));
   if (!(top_p > 0.f && top_p <= 1.f)) return bad("top_p must be in (0, 1] (1 = off), got " + std::to_string(top_p));
   if (top_k < 0) return bad("top_k must be >= 0 (0 = off), got " + std::to_string(top_k));
+  if (lora_slot < -1) return bad("lora_slot must be >= 0 (an adapter slot) or -1 (the default), got " + std::to_string(lora_slot));
   if (!(min_p >= 0.f && min_p <= 1.f)) return bad("min_p must be in [0, 1] (0 = off), got " + std::to_string(min_p));
   if (n < 1) return bad("n (samples per prompt) must be >= 1, got " + std::to_string(n));
   if (max_tokens < 1) return bad("max_tokens must be >= 1, got " + std::to_string(max_tokens));

@@ -37,6 +37,7 @@ struct SamplingParams {
   bool ignore_eos = false;     // never finish on EOS (EOS stays sampleable unless min_tokens bans it)
   int top_logprobs = 0;        // >= 0: also report this many best ids per token
   LogprobsMode logprobs_mode = LogprobsMode::raw;
+  int lora_slot = -1;          // >= 0: the engine's LoRA adapter slot (EngineOptions::lora_slots); -1 = EngineOptions::lora
 
   // Checks ranges; vocab_size > 0 also checks stop_token_ids. Messages name the field.
   Status validate(int vocab_size = 0) const;

@@ -82,14 +82,14 @@ SchedulerOutput Scheduler::schedule() {
                                      int(running_.size()) < opt_.max_num_seqs;) {
       Sequence* s = *it;
       if (must_wait_for_sibling(s)) { ++it; continue; }
-      const int n_hit = bm_.match_prefix(s->tokens, s->n_total() - 1);
+      const int n_hit = bm_.match_prefix(s->tokens, s->n_total() - 1, s->prefix_salt);
       int n_new = s->n_total() - n_hit;
       if (n_new > budget) {
         if (!opt_.enable_chunked_prefill) break;
         n_new = budget;
       }
-      if (!bm_.can_allocate(s->tokens, n_hit, n_hit + n_new)) break;
-      bm_.allocate(s->table, s->tokens, n_hit, n_hit + n_new);
+      if (!bm_.can_allocate(s->tokens, n_hit, n_hit + n_new, s->prefix_salt)) break;
+      bm_.allocate(s->table, s->tokens, n_hit, n_hit + n_new, s->prefix_salt);
       s->n_computed = n_hit;
       if (!s->admitted_once) {
         s->admitted_once = true;

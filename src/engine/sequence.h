@@ -12,6 +12,8 @@
 
 namespace grpo {
 
+struct LoraWeights;  // model/lora.h
+
 enum class SeqStatus { waiting, running, finished };
 enum class FinishReason { none, stop, length, eos, abort };
 const char* finish_reason_name(FinishReason r);
@@ -36,6 +38,8 @@ struct Sequence {
   FinishReason finish = FinishReason::none;
   BlockTable table;
   std::shared_ptr<SeqGroup> group;      // may be null (scheduler tests)
+  uint64_t prefix_salt = 0;             // prefix-cache namespace (BlockManager::match_prefix): the LoRA slot + 1
+  const LoraWeights* lora = nullptr;    // adapter its rows run with (null: the base alone)
 
   // Scheduling record.
   int prefix_hit_tokens = 0;            // cached tokens at the first admission

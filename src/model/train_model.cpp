@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/columns.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/gather.h"
@@ -41,11 +42,14 @@ struct LayerActs {
   Tensor x_mid;                 // (T,C) residual after attention
   Tensor xn2, rstd2;            // (T,C), (T)
   Tensor gu, act;               // (T,2F), (T,F)
+  Tensor lora_h[kLoraTargets];  // (T,r) x·Aᵀ of each adapted projection (LoRA only)
 };
 
 struct LayerBufs {
   Buf xn1, rstd1, q_raw, k_raw, rstd_q, rstd_k, q, k, v, attn, lse, x_mid, xn2, rstd2, gu, act;
-  LayerActs carve(const ModelConfig& c, Device dev, DType dt, int64_t T) {
+  Buf lora_h[kLoraTargets];
+  // lora_r = 0: no adapters.
+  LayerActs carve(const ModelConfig& c, Device dev, DType dt, int64_t T, int lora_r) {
     const int64_t C = c.hidden_size, F = c.intermediate_size, D = c.head_dim, Hq = c.n_heads, Hk = c.n_kv_heads;
     LayerActs a;
     a.xn1 = xn1.get(dev, dt, {T, C});
@@ -66,6 +70,8 @@ struct LayerBufs {
     a.rstd2 = rstd2.get(dev, DType::f32, {T});
     a.gu = gu.get(dev, dt, {T, 2 * F});
     a.act = act.get(dev, dt, {T, F});
+    if (lora_r > 0)
+      for (int i = 0; i < kLoraTargets; ++i) a.lora_h[i] = lora_h[i].get(dev, dt, {T, lora_r});
     return a;
   }
 };
@@ -91,6 +97,7 @@ struct TrainState {
   std::vector<Tensor> x;                 // views of resid for this batch
   Buf qkv, xf, rstd_f, h_sel, lse_sel;
   Buf dx, dtmp, dxn, dact, dgu, dattn, dq, dk, dv, dq_raw, dk_raw, dqkv, dh_sel, dxf;
+  Buf lora_tmp, lora_dh;                 // LoRA scratch: (T, out) of one projection, (T, r)
   RopeTable rope;
   int rope_positions = 0;
   Tensor xf_t, rstd_f_t, h_sel_t, lse_sel_t;
@@ -172,12 +179,43 @@ AttnVarlen layer_attn(const ModelConfig& c, const TrainBatch& b, int l) {
   return m;
 }
 
-void layer_forward(Context& ctx, const ModelConfig& c, int l, const LayerWeights& L, const RopeTable& rope,
-                   const TrainBatch& b, const Tensor& x_in, LayerActs& a, Tensor& qkv, Tensor& x_out) {
+// out += the adapters of `targets` (those present) of layer l applied to x.
+void lora_forward(Context& ctx, TrainState& st, const LoraWeights* lw, int l, std::initializer_list<LoraTarget> targets,
+                  const Tensor& x, Tensor& out, LayerActs& a) {
+  if (!lw) return;
+  for (LoraTarget t : targets) {
+    const LoraPair& p = lw->pair(l, t);
+    if (p.A.empty()) continue;
+    const LoraGeom g = lora_geom(lw->model, t);
+    Tensor tmp = st.lora_tmp.get(ctx.device(), x.dtype, {x.shape[0], g.out});
+    lora_target_forward(ctx, p, g, lw->scaling, x, out, a.lora_h[int(t)], tmp);
+  }
+}
+
+// Adapter gradients of `targets` into *m.lora_grads and dx += the input gradient through them.
+void lora_backward(Context& ctx, TrainState& st, const TrainModel& m, int l, std::initializer_list<LoraTarget> targets,
+                   const Tensor& dout, const Tensor& x, const LayerActs& a, Tensor& dx) {
+  if (!m.lora) return;
+  GRPO_CHECK_MSG(m.lora_grads, "train_model_backward: LoRA forward needs lora_grads to train the adapters");
+  for (LoraTarget t : targets) {
+    const LoraPair& p = m.lora->pair(l, t);
+    if (p.A.empty()) continue;
+    const LoraGeom g = lora_geom(m.lora->model, t);
+    Tensor dy = st.lora_tmp.get(ctx.device(), x.dtype, {x.shape[0], g.out});
+    Tensor dh = st.lora_dh.get(ctx.device(), x.dtype, {x.shape[0], int64_t(m.lora->cfg.r)});
+    lora_target_backward(ctx, p, m.lora_grads->layers[size_t(l)][size_t(t)], g, m.lora->scaling, dout, x,
+                         a.lora_h[int(t)], dx, dy, dh);
+  }
+}
+
+void layer_forward(Context& ctx, TrainState& st, const LoraWeights* lw, const ModelConfig& c, int l,
+                   const LayerWeights& L, const RopeTable& rope, const TrainBatch& b, const Tensor& x_in, LayerActs& a,
+                   Tensor& qkv, Tensor& x_out) {
   const int64_t T = b.n_tokens, D = c.head_dim, Hq = c.n_heads, Hk = c.n_kv_heads;
   const float eps = c.rms_norm_eps;
   rmsnorm_forward(ctx, a.xn1, &a.rstd1, x_in, L.attn_norm, eps);
   linear_forward(ctx, qkv, a.xn1, L.wqkv, L.bqkv.empty() ? nullptr : &L.bqkv, false);
+  lora_forward(ctx, st, lw, l, {LoraTarget::q, LoraTarget::k, LoraTarget::v}, a.xn1, qkv, a);
   if (c.qk_norm) {
     qkv_split(ctx, a.q_raw, a.k_raw, a.v, qkv);
     Tensor qn = a.q.view({T * Hq, D}), kn = a.k.view({T * Hk, D});
@@ -190,17 +228,22 @@ void layer_forward(Context& ctx, const ModelConfig& c, int l, const LayerWeights
   rope_forward(ctx, a.k, b.positions, rope.cos, rope.sin);
   attention_forward(ctx, a.attn, &a.lse, a.q, a.k, a.v, layer_attn(c, b, l));
   linear_forward(ctx, a.x_mid, a.attn.view({T, Hq * D}), L.wo, nullptr, false);
+  lora_forward(ctx, st, lw, l, {LoraTarget::o}, a.attn.view({T, Hq * D}), a.x_mid, a);
   add_inplace(ctx, a.x_mid, x_in);
   rmsnorm_forward(ctx, a.xn2, &a.rstd2, a.x_mid, L.mlp_norm, eps);
   linear_forward(ctx, a.gu, a.xn2, L.w_gate_up, nullptr, false);
+  lora_forward(ctx, st, lw, l, {LoraTarget::gate, LoraTarget::up}, a.xn2, a.gu, a);
   swiglu_forward(ctx, a.act, a.gu);
   linear_forward(ctx, x_out, a.act, L.w_down, nullptr, false);
+  lora_forward(ctx, st, lw, l, {LoraTarget::down}, a.act, x_out, a);
   add_inplace(ctx, x_out, a.x_mid);
 }
 
 // dx: gradient w.r.t. the layer output on entry, w.r.t. its input on return.
-void layer_backward(Context& ctx, TrainState& st, const ModelConfig& c, int l, const LayerWeights& L, LayerWeights& G,
-                    const RopeTable& rope, const TrainBatch& b, const Tensor& x_in, const LayerActs& a, Tensor& dx) {
+// G is null when the base weights are frozen (LoRA training): no base gradients.
+void layer_backward(Context& ctx, TrainState& st, const TrainModel& m, const ModelConfig& c, int l,
+                    const LayerWeights& L, LayerWeights* G, const RopeTable& rope, const TrainBatch& b,
+                    const Tensor& x_in, const LayerActs& a, Tensor& dx) {
   const Device dev = ctx.device();
   const DType dt = dx.dtype;
   const int64_t T = b.n_tokens, C = c.hidden_size, F = c.intermediate_size, D = c.head_dim;
@@ -208,15 +251,18 @@ void layer_backward(Context& ctx, TrainState& st, const ModelConfig& c, int l, c
   Tensor dtmp = st.dtmp.get(dev, dt, {T, C}), dxn = st.dxn.get(dev, dt, {T, C});
   Tensor dact = st.dact.get(dev, dt, {T, F}), dgu = st.dgu.get(dev, dt, {T, 2 * F});
   // MLP block: x_out = x_mid + down(swiglu(gate_up(norm(x_mid))))
-  linear_backward(ctx, &dact, &G.w_down, nullptr, dx, a.act, L.w_down, false);
+  linear_backward(ctx, &dact, G ? &G->w_down : nullptr, nullptr, dx, a.act, L.w_down, false);
+  lora_backward(ctx, st, m, l, {LoraTarget::down}, dx, a.act, a, dact);
   swiglu_backward(ctx, dgu, dact, a.gu);
-  linear_backward(ctx, &dxn, &G.w_gate_up, nullptr, dgu, a.xn2, L.w_gate_up, false);
-  rmsnorm_backward(ctx, dtmp, &G.mlp_norm, dxn, a.x_mid, L.mlp_norm, a.rstd2);
+  linear_backward(ctx, &dxn, G ? &G->w_gate_up : nullptr, nullptr, dgu, a.xn2, L.w_gate_up, false);
+  lora_backward(ctx, st, m, l, {LoraTarget::gate, LoraTarget::up}, dgu, a.xn2, a, dxn);
+  rmsnorm_backward(ctx, dtmp, G ? &G->mlp_norm : nullptr, dxn, a.x_mid, L.mlp_norm, a.rstd2);
   add_inplace(ctx, dx, dtmp);
   // Attention block: x_mid = x_in + o(attn(rope(norm?(q)), rope(norm?(k)), v))
   Tensor dattn = st.dattn.get(dev, dt, {T, Hq * D});
   Tensor dq = st.dq.get(dev, dt, {T, Hq, D}), dk = st.dk.get(dev, dt, {T, Hk, D}), dv = st.dv.get(dev, dt, {T, Hk, D});
-  linear_backward(ctx, &dattn, &G.wo, nullptr, dx, a.attn.view({T, Hq * D}), L.wo, false);
+  linear_backward(ctx, &dattn, G ? &G->wo : nullptr, nullptr, dx, a.attn.view({T, Hq * D}), L.wo, false);
+  lora_backward(ctx, st, m, l, {LoraTarget::o}, dx, a.attn.view({T, Hq * D}), a, dattn);
   attention_backward(ctx, dq, dk, dv, dattn.view({T, Hq, D}), a.q, a.k, a.v, a.attn, a.lse,
                      layer_attn(c, b, l));
   rope_backward(ctx, dq, b.positions, rope.cos, rope.sin);
@@ -224,14 +270,18 @@ void layer_backward(Context& ctx, TrainState& st, const ModelConfig& c, int l, c
   Tensor dqkv = st.dqkv.get(dev, dt, {T, int64_t(c.qkv_dim())});
   if (c.qk_norm) {
     Tensor dq_raw = st.dq_raw.get(dev, dt, {T * Hq, D}), dk_raw = st.dk_raw.get(dev, dt, {T * Hk, D});
-    rmsnorm_backward(ctx, dq_raw, &G.q_norm, dq.view({T * Hq, D}), a.q_raw.view({T * Hq, D}), L.q_norm, a.rstd_q);
-    rmsnorm_backward(ctx, dk_raw, &G.k_norm, dk.view({T * Hk, D}), a.k_raw.view({T * Hk, D}), L.k_norm, a.rstd_k);
+    rmsnorm_backward(ctx, dq_raw, G ? &G->q_norm : nullptr, dq.view({T * Hq, D}), a.q_raw.view({T * Hq, D}), L.q_norm,
+                     a.rstd_q);
+    rmsnorm_backward(ctx, dk_raw, G ? &G->k_norm : nullptr, dk.view({T * Hk, D}), a.k_raw.view({T * Hk, D}), L.k_norm,
+                     a.rstd_k);
     qkv_merge(ctx, dqkv, dq_raw.view({T, Hq, D}), dk_raw.view({T, Hk, D}), dv);
   } else {
     qkv_merge(ctx, dqkv, dq, dk, dv);
   }
-  linear_backward(ctx, &dxn, &G.wqkv, L.bqkv.empty() ? nullptr : &G.bqkv, dqkv, a.xn1, L.wqkv, false);
-  rmsnorm_backward(ctx, dtmp, &G.attn_norm, dxn, x_in, L.attn_norm, a.rstd1);
+  linear_backward(ctx, &dxn, G ? &G->wqkv : nullptr, (G && !L.bqkv.empty()) ? &G->bqkv : nullptr, dqkv, a.xn1,
+                  L.wqkv, false);
+  lora_backward(ctx, st, m, l, {LoraTarget::q, LoraTarget::k, LoraTarget::v}, dqkv, a.xn1, a, dxn);
+  rmsnorm_backward(ctx, dtmp, G ? &G->attn_norm : nullptr, dxn, x_in, L.attn_norm, a.rstd1);
   add_inplace(ctx, dx, dtmp);
 }
 
@@ -260,14 +310,18 @@ void train_model_forward(Context& ctx, TrainModel& m, const ModelWeights& w, con
   st.x.assign(n_resid, Tensor{});
   for (size_t i = 0; i < n_resid; ++i) st.x[i] = st.resid[i].get(dev, dt, {T, C});
   st.acts.assign(n_layer_bufs, LayerActs{});
-  for (size_t i = 0; i < n_layer_bufs; ++i) st.acts[i] = st.layer_bufs[i].carve(c, dev, dt, T);
+  if (m.lora)
+    GRPO_CHECK_MSG(m.lora->dtype == dt && m.lora->device == dev && int(m.lora->layers.size()) == Ln,
+                   "train_model_forward: the LoRA adapters must match the weights' dtype, device and layers");
+  const int lora_r = m.lora ? m.lora->cfg.r : 0;
+  for (size_t i = 0; i < n_layer_bufs; ++i) st.acts[i] = st.layer_bufs[i].carve(c, dev, dt, T, lora_r);
   Tensor qkv = st.qkv.get(dev, dt, {T, int64_t(c.qkv_dim())});
 
   auto x_of = [&](int l) -> Tensor& { return keep_for_backward ? st.x[size_t(l)] : st.x[size_t(l % 2)]; };
   embedding_forward(ctx, x_of(0), b.tokens, w.embed);
   for (int l = 0; l < Ln; ++l)
-    layer_forward(ctx, c, l, w.layers[size_t(l)], st.rope, b, x_of(l), st.acts[store_all ? size_t(l) : 0], qkv,
-                  x_of(l + 1));
+    layer_forward(ctx, st, m.lora, c, l, w.layers[size_t(l)], st.rope, b, x_of(l), st.acts[store_all ? size_t(l) : 0],
+                  qkv, x_of(l + 1));
   st.xf_t = st.xf.get(dev, dt, {T, C});
   st.rstd_f_t = st.rstd_f.get(dev, DType::f32, {T});
   st.h_sel_t = st.h_sel.get(dev, dt, {Tc, C});
@@ -287,7 +341,11 @@ void train_model_backward(Context& ctx, TrainModel& m, const ModelWeights& w, co
   GRPO_CHECK_MSG(st.kept && st.kept_weights == w.arena.data && st.kept_tokens == b.n_tokens,
                  "train_model_backward: needs a forward with keep_for_backward on the same weights and batch");
   GRPO_CHECK(dlogp.numel() == b.n_completion && dlogp.dtype == DType::f32);
-  GRPO_CHECK(grads.layers.size() == w.layers.size() && grads.arena.dtype == DType::f32);
+  const bool frozen = m.lora_grads != nullptr;
+  GRPO_CHECK(frozen || (grads.layers.size() == w.layers.size() && grads.arena.dtype == DType::f32));
+  GRPO_CHECK_MSG(!frozen || (m.lora && m.lora_grads->arena.dtype == DType::f32 &&
+                             m.lora_grads->layers.size() == m.lora->layers.size()),
+                 "train_model_backward: lora_grads must be f32 adapters of the forward's LoRA layout");
   const Device dev = ctx.device();
   const DType dt = w.dtype;
   const int64_t T = b.n_tokens, Tc = b.n_completion, C = c.hidden_size;
@@ -295,22 +353,23 @@ void train_model_backward(Context& ctx, TrainModel& m, const ModelWeights& w, co
 
   // LM head and final norm.
   Tensor dh = st.dh_sel.get(dev, dt, {Tc, C}), dxf = st.dxf.get(dev, dt, {T, C}), dx = st.dx.get(dev, dt, {T, C});
-  token_logprobs_backward(ctx, dh, &grads.lm_head, dlogp, st.h_sel_t, w.lm_head, b.targets, st.lse_sel_t,
+  token_logprobs_backward(ctx, dh, frozen ? nullptr : &grads.lm_head, dlogp, st.h_sel_t, w.lm_head, b.targets, st.lse_sel_t,
                           m.opt.temperature);
   gather_rows_backward(ctx, dxf, dh, b.rows);
-  rmsnorm_backward(ctx, dx, &grads.final_norm, dxf, st.x[size_t(Ln)], w.final_norm, st.rstd_f_t);
+  rmsnorm_backward(ctx, dx, frozen ? nullptr : &grads.final_norm, dxf, st.x[size_t(Ln)], w.final_norm, st.rstd_f_t);
 
   Tensor qkv = st.qkv.get(dev, dt, {T, int64_t(c.qkv_dim())});
   for (int l = Ln - 1; l >= 0; --l) {
     const LayerWeights& L = w.layers[size_t(l)];
     LayerActs* a = &st.acts[0];
     if (m.opt.recompute)  // re-run this layer's forward (its output equals the kept x[l+1])
-      layer_forward(ctx, c, l, L, st.rope, b, st.x[size_t(l)], *a, qkv, st.x[size_t(l + 1)]);
+      layer_forward(ctx, st, m.lora, c, l, L, st.rope, b, st.x[size_t(l)], *a, qkv, st.x[size_t(l + 1)]);
     else
       a = &st.acts[size_t(l)];
-    layer_backward(ctx, st, c, l, L, grads.layers[size_t(l)], st.rope, b, st.x[size_t(l)], *a, dx);
+    layer_backward(ctx, st, m, c, l, L, frozen ? nullptr : &grads.layers[size_t(l)], st.rope, b, st.x[size_t(l)], *a,
+                   dx);
   }
-  embedding_backward(ctx, grads.embed, dx, b.tokens);
+  if (!frozen) embedding_backward(ctx, grads.embed, dx, b.tokens);
   st.kept = false;  // recompute overwrote kept values and a second backward would double-count
 }
 

@@ -19,6 +19,7 @@
 #include "core/context.h"
 #include "core/status.h"
 #include "kernels/attention.h"
+#include "model/lora.h"
 #include "model/weights.h"
 
 namespace grpo {
@@ -66,6 +67,12 @@ struct TrainModel {
   TrainModel& operator=(TrainModel&&) noexcept;
   TrainModelOptions opt;
   std::unique_ptr<TrainState> state;
+  // LoRA (model/lora.h): with `lora` set, forward adds the adapters to their
+  // projections. With `lora_grads` set too (f32, lora_bind over a gradient arena of
+  // the adapters' layout), backward accumulates only the adapters' gradients: the
+  // base weights are frozen and its `grads` argument is neither read nor written.
+  const LoraWeights* lora = nullptr;
+  LoraWeights* lora_grads = nullptr;
 };
 
 // Upper estimate of the device bytes a TrainModel's buffers reach for micro-batches of
@@ -80,7 +87,8 @@ void train_model_forward(Context& ctx, TrainModel& m, const ModelWeights& w, con
                          Tensor* entropy, bool keep_for_backward);
 // Backward of the last forward (which must have kept activations, for the same
 // w and b): dlogp (T') f32 -> parameter gradients added into `grads` (f32,
-// bound with weights_bind over a gradient arena of w's config).
+// bound with weights_bind over a gradient arena of w's config), or into
+// *m.lora_grads only when that is set (see TrainModel).
 void train_model_backward(Context& ctx, TrainModel& m, const ModelWeights& w, const TrainBatch& b,
                           const Tensor& dlogp, ModelWeights& grads);
 

@@ -9,6 +9,7 @@
 // the same angles as the reference.
 #include "model/transformer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -87,7 +88,7 @@ RopeTable rope_table_build(const ModelConfig& cfg, Device dev, int max_positions
 }
 
 ForwardScratch forward_scratch_allocate(const ModelConfig& cfg, Device dev, DType dt, int max_tokens,
-                                        int max_logit_rows) {
+                                        int max_logit_rows, int lora_r) {
   const int64_t T = max_tokens, C = cfg.hidden_size, D = cfg.head_dim, F = cfg.intermediate_size;
   ForwardScratch s;
   s.max_tokens = max_tokens;
@@ -100,8 +101,40 @@ ForwardScratch forward_scratch_allocate(const ModelConfig& cfg, Device dev, DTyp
   s.gate_up = tensor_empty(dev, dt, {T, 2 * F});
   s.mlp_act = tensor_empty(dev, dt, {T, F});
   s.rows = tensor_empty(dev, dt, {int64_t(max_logit_rows), C});
+  s.lora_r = lora_r;
+  if (lora_r > 0) {
+    s.lora_h = tensor_empty(dev, dt, {T * lora_r});
+    s.lora_tmp = tensor_empty(dev, dt, {T * std::max<int64_t>({cfg.q_dim(), C, F})});
+  }
   return s;
 }
+
+namespace {
+// out += each row group's adapters of `targets` applied to x (rows of x and out line up).
+void lora_rows_forward(Context& ctx, const ForwardBatch& batch, ForwardScratch& s, int l,
+                       std::initializer_list<LoraTarget> targets, const Tensor& x, Tensor& out) {
+  for (const ForwardBatch::LoraRows& g : batch.lora) {
+    if (!g.w || g.end <= g.begin) continue;
+    const int64_t M = g.end - g.begin, r = g.w->cfg.r;
+    GRPO_CHECK_MSG(r <= s.lora_r, "transformer_forward: LoRA rank above the scratch's lora_r");
+    Tensor xs = x.slice0(g.begin, g.end), os = out.slice0(g.begin, g.end);
+    for (LoraTarget t : targets) {
+      const LoraPair& p = g.w->pair(l, t);
+      if (p.A.empty()) continue;
+      const LoraGeom geom = lora_geom(g.w->model, t);
+      Tensor h = tensor_borrow(s.lora_h.data, s.lora_h.dtype, s.lora_h.device, {M, r});
+      Tensor tmp = tensor_borrow(s.lora_tmp.data, s.lora_tmp.dtype, s.lora_tmp.device, {M, geom.out});
+      lora_target_forward(ctx, p, geom, g.w->scaling, xs, os, h, tmp);
+    }
+  }
+}
+
+bool lora_touches(const ForwardBatch& batch, int l, LoraTarget t) {
+  for (const auto& g : batch.lora)
+    if (g.w && g.end > g.begin && !g.w->pair(l, t).A.empty()) return true;
+  return false;
+}
+}  // namespace
 
 void transformer_forward(Context& ctx, const ModelWeights& w, KVCache& cache, const RopeTable& rope,
                          const ForwardBatch& batch, ForwardScratch& scratch, Tensor& logits) {
@@ -129,6 +162,7 @@ void transformer_forward(Context& ctx, const ModelWeights& w, KVCache& cache, co
     const LayerWeights& L = w.layers[size_t(l)];
     rmsnorm_forward(ctx, xn, nullptr, x, L.attn_norm, eps);
     linear_forward(ctx, qkv, xn, L.wqkv, L.bqkv.empty() ? nullptr : &L.bqkv, false);
+    lora_rows_forward(ctx, batch, scratch, l, {LoraTarget::q, LoraTarget::k, LoraTarget::v}, xn, qkv);
     // With qk-norm the normalised q lands in `attn` and the attention output in
     // `q`; without it the rotated q goes to `q` straight from the fused projection
     // (k and v go from there to the cache) and the output to `attn`.
@@ -148,9 +182,18 @@ void transformer_forward(Context& ctx, const ModelWeights& w, KVCache& cache, co
     attention_paged(ctx, *out, *qr, cache.k[size_t(l)], cache.v[size_t(l)], layer_meta);
     Tensor out2 = out->view({T, Hq * D});
     linear_forward(ctx, x, out2, L.wo, nullptr, true);  // x += attention output
+    lora_rows_forward(ctx, batch, scratch, l, {LoraTarget::o}, out2, x);
     rmsnorm_forward(ctx, xn, nullptr, x, L.mlp_norm, eps);
-    linear_swiglu_forward(ctx, act, gate_up, xn, L.w_gate_up);  // act = swiglu(xn · w_gate_upᵀ)
+    if (lora_touches(batch, l, LoraTarget::gate) || lora_touches(batch, l, LoraTarget::up)) {
+      // The adapters add to the pre-activations, so gate_up must exist: no fused SwiGLU.
+      linear_forward(ctx, gate_up, xn, L.w_gate_up, nullptr, false);
+      lora_rows_forward(ctx, batch, scratch, l, {LoraTarget::gate, LoraTarget::up}, xn, gate_up);
+      swiglu_forward(ctx, act, gate_up);
+    } else {
+      linear_swiglu_forward(ctx, act, gate_up, xn, L.w_gate_up);  // act = swiglu(xn · w_gate_upᵀ)
+    }
     linear_forward(ctx, x, act, L.w_down, nullptr, true);  // x += MLP output
+    lora_rows_forward(ctx, batch, scratch, l, {LoraTarget::down}, act, x);
   }
   if (R == 0) return;
   Tensor rows = scratch.rows.slice0(0, R);

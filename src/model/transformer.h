@@ -8,6 +8,7 @@
 
 #include "core/context.h"
 #include "kernels/attention.h"
+#include "model/lora.h"
 #include "model/weights.h"
 
 namespace grpo {
@@ -35,6 +36,14 @@ struct ForwardBatch {
   Tensor positions;   // (T) i32 on the device
   PagedAttnMeta attn; // sequence/block metadata for the T tokens
   Tensor logit_rows;  // (R) i32: rows of T whose logits are wanted (e.g. each sequence's last token)
+  // LoRA, unmerged: rows [begin, end) of the T tokens run with adapter w added after
+  // each base GEMM (rows grouped by adapter; rows in no group use the base alone).
+  // The scratch must have been allocated with lora_r >= every adapter's r.
+  struct LoraRows {
+    const LoraWeights* w = nullptr;
+    int begin = 0, end = 0;
+  };
+  std::vector<LoraRows> lora;
 };
 
 // Scratch activations for up to max_tokens tokens; reused across steps.
@@ -42,9 +51,12 @@ struct ForwardScratch {
   int max_tokens = 0;
   int max_logit_rows = 0;
   Tensor x, xn, qkv, q, attn, gate_up, mlp_act, rows;  // sized for max_tokens
+  int lora_r = 0;
+  Tensor lora_h, lora_tmp;  // (max_tokens·lora_r), (max_tokens·max(q_dim, C, F)) when lora_r > 0
 };
+// lora_r: the largest LoRA rank the forward will run (0: no adapters).
 ForwardScratch forward_scratch_allocate(const ModelConfig& cfg, Device dev, DType dt, int max_tokens,
-                                        int max_logit_rows);
+                                        int max_logit_rows, int lora_r = 0);
 
 // Runs all layers for the batch, writing each token's K/V into the cache, and
 // writes logits (R, V) f32 for batch.logit_rows.

@@ -1,5 +1,6 @@
 // Training-state checkpoints (see checkpoint_state.h).
 #include "train/checkpoint_state.h"
+#include "train/lora_setup.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -145,7 +146,12 @@ Result<std::string> checkpoint_save(Context& ctx, const std::string& out_dir, co
   SaveOptions mo = o.model;
   mo.extra_files.emplace_back(kStateFile, trainer_state_to_json(state).dump(2) + "\n");
   ctx.synchronize();
-  GRPO_TRY(model_save(tmp.string(), w, mo));
+  if (opt.adapters) {  // LoRA: the base is frozen, so the checkpoint is the adapters (PEFT files)
+    GRPO_TRY(lora_save_from_optimizer(tmp.string(), opt).with_context("saving the LoRA adapters"));
+    for (const auto& [name, content] : mo.extra_files) GRPO_TRY(write_file_atomic((tmp / name).string(), content));
+  } else {
+    GRPO_TRY(model_save(tmp.string(), w, mo));
+  }
   std::vector<SafetensorsWriteItem> items = {
       {"master", opt.master, DType::f32, {}}, {"exp_avg", opt.m, DType::f32, {}}, {"exp_avg_sq", opt.v, DType::f32, {}}};
   Status st = safetensors_write((tmp / kOptimFile).string(), items,
@@ -203,7 +209,8 @@ Result<TrainerState> checkpoint_load(Context& ctx, const std::string& dir, Model
   if (it == f.metadata().end()) return error_status(optim_path + ": metadata has no optimizer \"step\"");
   opt.step = std::stoll(it->second);
   // The compute copy is the rounding of the master weights, exactly what optimizer_step writes.
-  if (w.arena.data != opt.master.data) cast(ctx, w.arena, opt.master);
+  Tensor& params = optimizer_param_arena(opt, w);
+  if (params.data != opt.master.data) cast(ctx, params, opt.master);
   ctx.synchronize();
   optimizer_zero_grad(ctx, opt);
   return s;

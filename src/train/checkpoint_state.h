@@ -4,6 +4,10 @@
 //                          tensors "master", "exp_avg", "exp_avg_sq" in the
 //                          weights' arena order (model/weights.h)
 //   trainer_state.json     TrainerState (below) as JSON
+// In LoRA training (Optimizer::adapters) the model files are replaced by the
+// adapter in PEFT's format (adapter_config.json, adapter_model.safetensors) and
+// optimizer.safetensors covers the adapters' arena (model/lora.h); the frozen
+// base comes from model.path on resume.
 // A checkpoint is built in DIR/checkpoint-<step>.partial-<pid>/ and renamed
 // into place after every file is fsynced, so a run killed mid-write leaves the
 // previous checkpoints intact; resume only looks at names "checkpoint-<digits>"

@@ -32,6 +32,11 @@ Tensor gather_shard(Context& ctx, const Tensor& shard, const DataParallel& dp, i
   return full;
 }
 
+// The tensor the optimizer steps: the adapters' arena in LoRA training, else the weights'.
+const Tensor& param_arena(const Optimizer& opt, const ModelWeights& params) {
+  return opt.adapters ? opt.adapters->arena : params.arena;
+}
+
 }  // namespace
 
 Status dp_all_reduce_grads(Context& ctx, Optimizer& opt, const DataParallel& dp) {
@@ -56,7 +61,7 @@ void optimizer_shard(Optimizer& opt, const ModelWeights& params, DataParallel& d
   };
   keep(opt.m);
   keep(opt.v);
-  if (opt.master.data != params.arena.data) keep(opt.master);
+  if (opt.master.data != param_arena(opt, params).data) keep(opt.master);
 }
 
 Result<OptimStepStats> dp_optimizer_step(Context& ctx, Optimizer& opt, ModelWeights& params, double lr,
@@ -74,7 +79,8 @@ Result<OptimStepStats> dp_optimizer_step(Context& ctx, Optimizer& opt, ModelWeig
   }
   if (opt.cfg.max_grad_norm > 0) st.clip_scale = std::min(1.0, double(opt.cfg.max_grad_norm) / (st.grad_norm + 1e-6));
   opt.step += 1;
-  const bool alias = params.arena.data == opt.master.data;
+  Tensor& arena = optimizer_param_arena(opt, params);
+  const bool alias = arena.data == opt.master.data;
   for (const ParamSlot& s : opt.slots) {
     const int64_t a = std::max(lo, s.offset), b = std::min(hi, s.offset + s.numel);
     if (a >= b) continue;
@@ -87,13 +93,13 @@ Result<OptimStepStats> dp_optimizer_step(Context& ctx, Optimizer& opt, ModelWeig
     p.step = opt.step;
     p.grad_scale = float(st.clip_scale);
     // AdamW is element-wise, so a parameter cut by a shard boundary updates exactly as whole.
-    Tensor master = alias ? slice_of(params.arena, a, b - a) : slice_of(opt.master, a - lo, b - a);
-    Tensor param = alias ? master : slice_of(params.arena, a, b - a);
+    Tensor master = alias ? slice_of(arena, a, b - a) : slice_of(opt.master, a - lo, b - a);
+    Tensor param = alias ? master : slice_of(arena, a, b - a);
     Tensor grad = slice_of(opt.grad_arena, a, b - a);
     Tensor m = slice_of(opt.m, a - lo, b - a), v = slice_of(opt.v, a - lo, b - a);
     adamw_step(ctx, master, param, grad, m, v, p);
   }
-  GRPO_TRY(dp.comm->all_gather_ranges(ctx, params.arena, dp.shard).with_context("ZeRO-1 weight all-gather"));
+  GRPO_TRY(dp.comm->all_gather_ranges(ctx, arena, dp.shard).with_context("ZeRO-1 weight all-gather"));
   return st;
 }
 
@@ -105,9 +111,11 @@ Optimizer optimizer_gather_full(Context& ctx, const Optimizer& opt, const ModelW
   full.cfg = opt.cfg;
   full.slots = opt.slots;
   full.step = opt.step;
+  full.adapters = opt.adapters;  // LoRA: the checkpoint holds the adapters (full.master)
   full.m = gather_shard(ctx, opt.m, dp, n, st);
   full.v = gather_shard(ctx, opt.v, dp, n, st);
-  full.master = opt.master.data == params.arena.data ? params.arena : gather_shard(ctx, opt.master, dp, n, st);
+  const Tensor& arena = param_arena(opt, params);
+  full.master = opt.master.data == arena.data ? arena : gather_shard(ctx, opt.master, dp, n, st);
   ctx.synchronize();
   return full;
 }

@@ -114,22 +114,22 @@ Result<bool> remote_train_loop(LoopRun& r, const TrainLoopOptions& opt, Trajecto
     std::vector<size_t> need_roll, need_ref;
     for (size_t i = 0; i < rb.samples.size(); ++i) {
       if (t.loss.is_mode != IsMode::none && !rb.has_rollout_logp[i]) need_roll.push_back(i);
-      if (t.ref && !rb.has_ref_logp[i]) need_ref.push_back(i);
+      if (policy_has_reference(t) && !rb.has_ref_logp[i]) need_ref.push_back(i);
       n_no_roll += !rb.has_rollout_logp[i];
     }
-    auto fill = [&](const std::vector<size_t>& idx, const ModelWeights& w, bool ref) -> Status {
+    auto fill = [&](const std::vector<size_t>& idx, bool ref) -> Status {
       if (idx.empty()) return ok_status();
       std::vector<GrpoSample> sub;
       for (size_t i : idx) sub.push_back(rb.samples[i]);
-      auto lp = compute_logprobs(*t.ctx, t.model, w, sub, mb);
+      auto lp = ref ? policy_reference_logprobs(t, sub, mb) : compute_logprobs(*t.ctx, t.model, *t.w, sub, mb);
       if (!lp.ok()) return lp.status().with_context(ref ? "reference logprobs" : "stand-in rollout logprobs");
       for (size_t k = 0; k < idx.size(); ++k)
         (ref ? rb.samples[idx[k]].ref_logp : rb.samples[idx[k]].rollout_logp) = std::move(lp.value()[k]);
       return ok_status();
     };
-    GRPO_TRY(fill(need_roll, *t.w, false));
-    if (t.ref) GRPO_TRY(fill(need_ref, *t.ref, true));
-    if (!t.ref)
+    GRPO_TRY(fill(need_roll, false));
+    if (policy_has_reference(t)) GRPO_TRY(fill(need_ref, true));
+    if (!policy_has_reference(t))
       for (auto& s : rb.samples) s.ref_logp.clear();  // β = 0: posted ref_logprobs are not needed
     GrpoStepOptions so;
     so.loss = t.loss;

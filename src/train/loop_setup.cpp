@@ -1,5 +1,6 @@
 // Setup of a `grpo train` run (see loop_setup.h).
 #include "train/loop_setup.h"
+#include "train/lora_setup.h"
 
 #include "dist/communicator.h"
 
@@ -216,8 +217,23 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   ac.decay_all = cfg.train.weight_decay_all;
   ac.max_grad_norm = float(cfg.train.max_grad_norm);
   GRPO_TRY(ac.validate());
-  t.opt = optimizer_create(*r.ctx, *r.weights, ac);
-  if (cfg.train.beta > 0) {
+  if (cfg.lora.enabled) {
+    GRPO_ASSIGN_OR_RETURN(LoraConfig lc, lora_config_from(cfg.lora, r.paths.model));
+    if (cfg.lora.init_from.empty()) {
+      t.lora = lora_create_adapters(*r.weights, lc, uint64_t(cfg.lora.seed));
+    } else {
+      GRPO_ASSIGN_OR_RETURN(t.lora, lora_adapters_from(*r.weights, lc, cfg.lora.init_from));
+    }
+    t.model.lora = t.lora.get();
+    t.opt = optimizer_create_lora(*r.ctx, *t.lora, ac);
+    const LoraMemory mem = lora_memory(r.weights->config, lc, r.weights->dtype);
+    GRPO_LOG_INFO("lora: r=%d alpha=%g, %lld adapter parameters; parameter + optimizer memory %.1f MiB (full "
+                  "fine-tuning: %.1f MiB)", lc.r, double(lc.alpha), (long long)mem.adapter_params,
+                  double(mem.lora_bytes) / 1048576.0, double(mem.full_bytes) / 1048576.0);
+  } else {
+    t.opt = optimizer_create(*r.ctx, *r.weights, ac);
+  }
+  if (cfg.train.beta > 0 && !cfg.lora.enabled) {
     auto ref = model_load(r.paths.model, co.device, dt, r.ctx.get());
     if (!ref.ok()) return ref.status().with_context("reference model");
     t.ref = std::make_unique<ModelWeights>(std::move(ref).value());
@@ -280,6 +296,7 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
     GRPO_LOG_WARN("engine.kv_cache_dtype = \"%s\": rollouts attend over FP8 keys/values but the trainer does not, so "
                   "their logprobs disagree more (logprob_mismatch/*); consider train.importance_sampling = "
                   "\"token_truncate\"", enum_name(kv_cache_dtype_names(), cfg.engine.kv_cache_dtype));
+  eo.lora = t.lora.get();
   r.engine = std::make_unique<Engine>(*r.ctx, *r.weights, r.tok.get(), eo);
 
   SamplingParams& sp = r.rollout_cfg.params;

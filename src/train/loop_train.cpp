@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "core/check.h"
 #include "core/timer.h"
 #include "train/data_parallel.h"
 #include "train/train_step.h"
@@ -33,6 +34,19 @@ MicroBatchOptions micro_options(const PolicyTrainer& t, size_t count) {
 }
 
 }  // namespace
+
+bool policy_has_reference(const PolicyTrainer& t) { return t.ref || (t.lora && t.loss.beta != 0); }
+
+Result<std::vector<std::vector<float>>> policy_reference_logprobs(PolicyTrainer& t, const std::vector<GrpoSample>& samples,
+                                                                  const MicroBatchOptions& mb) {
+  if (t.ref) return compute_logprobs(*t.ctx, t.model, *t.ref, samples, mb);
+  GRPO_CHECK(t.lora);
+  const LoraWeights* adapters = t.model.lora;
+  t.model.lora = nullptr;  // the LoRA reference policy: the frozen base alone
+  auto ref = compute_logprobs(*t.ctx, t.model, *t.w, samples, mb);
+  t.model.lora = adapters;
+  return ref;
+}
 
 Result<MetricList> policy_train_step(PolicyTrainer& t, RolloutBatch& batch, size_t begin, size_t end,
                                      bool use_old_logp) {
@@ -66,8 +80,8 @@ Result<MetricList> policy_train_step(PolicyTrainer& t, RolloutBatch& batch, size
       so.dapo_num_items = std::max(1.0, counts[1]);
   }
   so.dp = t.dp;
-  if (t.ref) {
-    auto ref = compute_logprobs(ctx, t.model, *t.ref, samples, so.micro);
+  if (policy_has_reference(t)) {
+    auto ref = policy_reference_logprobs(t, samples, so.micro);
     if (!ref.ok()) return ref.status().with_context("reference logprobs");
     for (size_t i = 0; i < samples.size(); ++i) samples[i].ref_logp = std::move(ref.value()[i]);
   }

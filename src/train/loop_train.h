@@ -19,6 +19,7 @@
 #include "train/loop_rollout.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
+#include "train/train_step.h"
 
 namespace grpo {
 
@@ -28,6 +29,9 @@ struct PolicyTrainer {
   Context* ctx = nullptr;
   ModelWeights* w = nullptr;                 // the weights the engine reads (written in place)
   std::unique_ptr<ModelWeights> ref;         // frozen reference when β > 0
+  // LoRA: the adapters trained (model.lora points at them; the engine reads them in
+  // place). With β > 0 the reference is the base, i.e. *w without the adapters.
+  std::unique_ptr<LoraWeights> lora;
   TrainModel model;
   Optimizer opt;
   GrpoLossConfig loss;
@@ -37,6 +41,13 @@ struct PolicyTrainer {
   int grad_accum = 1;
   const DataParallel* dp = nullptr;  // data-parallel ranks (train/data_parallel.h); nullptr = one rank
 };
+
+// Whether the loss needs reference logprobs: a frozen copy (ref), or with LoRA and
+// β > 0 the base weights with the adapters off.
+bool policy_has_reference(const PolicyTrainer& t);
+// The reference policy's logprobs of `samples` (policy_has_reference must hold).
+Result<std::vector<std::vector<float>>> policy_reference_logprobs(PolicyTrainer& t, const std::vector<GrpoSample>& samples,
+                                                                  const MicroBatchOptions& mb);
 
 // One optimizer step over completions [begin, end) of `batch`, as TRL's
 // GRPOTrainer: with use_old_logp (μ > 1 or several optimizer steps per

@@ -34,13 +34,16 @@ Tensor arena_slice(const Tensor& arena, int64_t off, int64_t n) {
 }
 }  // namespace
 
-Optimizer optimizer_create(Context& ctx, ModelWeights& params, const AdamWConfig& cfg) {
+namespace {
+// Slots, zeroed gradients and Adam state, and the master copy for the parameters
+// `named` (views of `arena`).
+Optimizer optimizer_over(Context& ctx, const Tensor& arena, const std::vector<std::pair<std::string, Tensor*>>& named,
+                         const AdamWConfig& cfg) {
   Optimizer o;
   o.cfg = cfg;
-  const Tensor& arena = params.arena;
   const int64_t n = arena.numel();
   const size_t es = dtype_size(arena.dtype);
-  for (auto& [name, t] : params.params()) {
+  for (auto& [name, t] : named) {
     ParamSlot s;
     s.name = name;
     s.offset = int64_t((static_cast<char*>(t->data) - static_cast<char*>(arena.data)) / es);
@@ -53,7 +56,6 @@ Optimizer optimizer_create(Context& ctx, ModelWeights& params, const AdamWConfig
   o.m = tensor_zeros(dev, DType::f32, {n});
   o.v = tensor_zeros(dev, DType::f32, {n});
   o.grad_arena = tensor_zeros(dev, DType::f32, {n});
-  weights_bind(o.grads, params.config, o.grad_arena);
   if (arena.dtype == DType::f32) {
     o.master = arena;
   } else {
@@ -61,6 +63,24 @@ Optimizer optimizer_create(Context& ctx, ModelWeights& params, const AdamWConfig
     cast(ctx, o.master, arena);
   }
   return o;
+}
+}  // namespace
+
+Optimizer optimizer_create(Context& ctx, ModelWeights& params, const AdamWConfig& cfg) {
+  Optimizer o = optimizer_over(ctx, params.arena, params.params(), cfg);
+  weights_bind(o.grads, params.config, o.grad_arena);
+  return o;
+}
+
+Optimizer optimizer_create_lora(Context& ctx, LoraWeights& adapters, const AdamWConfig& cfg) {
+  Optimizer o = optimizer_over(ctx, adapters.arena, adapters.params(), cfg);
+  lora_bind(o.lora_grads, adapters.model, adapters.cfg, o.grad_arena);
+  o.adapters = &adapters;
+  return o;
+}
+
+Tensor& optimizer_param_arena(Optimizer& opt, ModelWeights& params) {
+  return opt.adapters ? opt.adapters->arena : params.arena;
 }
 
 void optimizer_zero_grad(Context& ctx, Optimizer& opt) {
@@ -79,7 +99,8 @@ OptimStepStats optimizer_step(Context& ctx, Optimizer& opt, ModelWeights& params
   }
   if (opt.cfg.max_grad_norm > 0) st.clip_scale = std::min(1.0, double(opt.cfg.max_grad_norm) / (st.grad_norm + 1e-6));
   opt.step += 1;
-  const bool alias = params.arena.data == opt.master.data;
+  Tensor& arena = optimizer_param_arena(opt, params);
+  const bool alias = arena.data == opt.master.data;
   for (const ParamSlot& s : opt.slots) {
     AdamWParams p;
     p.lr = float(lr);
@@ -90,7 +111,7 @@ OptimStepStats optimizer_step(Context& ctx, Optimizer& opt, ModelWeights& params
     p.step = opt.step;
     p.grad_scale = float(st.clip_scale);
     Tensor master = arena_slice(opt.master, s.offset, s.numel);
-    Tensor param = alias ? master : arena_slice(params.arena, s.offset, s.numel);
+    Tensor param = alias ? master : arena_slice(arena, s.offset, s.numel);
     Tensor grad = arena_slice(opt.grad_arena, s.offset, s.numel);
     Tensor m = arena_slice(opt.m, s.offset, s.numel), v = arena_slice(opt.v, s.offset, s.numel);
     adamw_step(ctx, master, param, grad, m, v, p);

@@ -18,6 +18,7 @@
 
 #include "core/context.h"
 #include "kernels/optim.h"
+#include "model/lora.h"
 #include "model/weights.h"
 
 namespace grpo {
@@ -48,6 +49,12 @@ struct Optimizer {
   Tensor grad_arena;             // (n) f32 gradients, accumulated by the backward
   ModelWeights grads;            // views of grad_arena with the weights' layout (tied lm_head = embed)
   int64_t step = 0;              // optimizer steps taken
+  // LoRA training (optimizer_create_lora): the parameters are these adapters, not
+  // the model passed to optimizer_step (whose base weights stay frozen, with no
+  // master copy, gradients or Adam state); grads is unbound and lora_grads holds
+  // the adapters' gradients (views of grad_arena).
+  LoraWeights* adapters = nullptr;
+  LoraWeights lora_grads;
 };
 
 struct OptimStepStats {
@@ -60,6 +67,10 @@ struct OptimStepStats {
 // Allocates grads/m/v (and the f32 master copy when params are not f32) on
 // the parameters' device, zeroed / copied from the parameters.
 Optimizer optimizer_create(Context& ctx, ModelWeights& params, const AdamWConfig& cfg);
+// The same over LoRA adapters only; `adapters` must outlive the optimizer.
+Optimizer optimizer_create_lora(Context& ctx, LoraWeights& adapters, const AdamWConfig& cfg);
+// The tensor the optimizer steps: the adapters' arena in LoRA training, else params.arena.
+Tensor& optimizer_param_arena(Optimizer& opt, ModelWeights& params);
 void optimizer_zero_grad(Context& ctx, Optimizer& opt);
 double grad_global_norm(Context& ctx, const Optimizer& opt);
 // Clips, takes one AdamW step with learning rate `lr` (step counter +1 for bias

@@ -1,5 +1,6 @@
 // RunConfig value checks and path resolution. Parsing/dumping: run_config_io.cpp.
 #include "train/run_config.h"
+#include "train/lora_setup.h"
 
 #include <cmath>
 #include <filesystem>
@@ -224,6 +225,7 @@ Status RunConfig::validate() const {
     c.require(eval.every == 0, "eval.every", eval.every,
               "must be 0 with data.env = \"remote\" (there is no local dataset to evaluate on; evaluate in the environment)");
   }
+  if (c.status().ok() && lora.enabled) return lora_config_from(lora, "").status();
   return c.status();
 }
 

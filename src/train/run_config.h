@@ -197,6 +197,19 @@ struct DistSection {
   double timeout_s = 300;   // NCCL watchdog and rendezvous limit: a silent peer ends the run after this
 };
 
+// [lora]: train LoRA adapters on a frozen base instead of every weight (docs/lora.md).
+struct LoraSection {
+  bool enabled = false;
+  int64_t r = 8;
+  double alpha = 16;      // scaling = alpha / r (alpha / √r with use_rslora)
+  double dropout = 0;     // must be 0 for training (see docs/lora.md)
+  bool use_rslora = false;
+  // q, k, v, o, gate, up, down or PEFT's q_proj, ..., down_proj
+  std::vector<std::string> target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  int64_t seed = 0;       // initialisation of A
+  std::string init_from;  // a PEFT adapter directory to start from instead (its r, alpha, targets must match)
+};
+
 struct RunConfig {
   RunSection run;
   ModelSection model;
@@ -214,6 +227,7 @@ struct RunConfig {
   ServerSection server;
   RemoteSection remote;
   DistSection dist;
+  LoraSection lora;
 
   // Value checks; the message names the key and value ("train.lr = -1: must be > 0").
   Status validate() const;

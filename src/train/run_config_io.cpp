@@ -111,6 +111,10 @@ std::vector<Field> fields_of(RunConfig& c) {
       {"remote.wandb_project", &c.remote.wandb_project},
       {"dist.zero_stage", &c.dist.zero_stage}, {"dist.bucket_mb", &c.dist.bucket_mb},
       {"dist.timeout_s", &c.dist.timeout_s},
+      {"lora.enabled", &c.lora.enabled}, {"lora.r", &c.lora.r}, {"lora.alpha", &c.lora.alpha},
+      {"lora.dropout", &c.lora.dropout}, {"lora.use_rslora", &c.lora.use_rslora},
+      {"lora.target_modules", &c.lora.target_modules}, {"lora.seed", &c.lora.seed},
+      {"lora.init_from", &c.lora.init_from},
   };
 }
 

@@ -80,6 +80,8 @@ std::vector<float> forward_keep(Context& ctx, TrainModel& m, const ModelWeights&
 void backward_host(Context& ctx, TrainModel& m, const ModelWeights& w, const TrainBatch& b,
                    const std::vector<float>& dlogp, Optimizer& opt) {
   Tensor d = tensor_from_f32(ctx.device(), DType::f32, dlogp, {int64_t(dlogp.size())});
+  GRPO_CHECK_MSG(m.lora == opt.adapters, "train step: the TrainModel's LoRA adapters are not the optimizer's");
+  m.lora_grads = opt.adapters ? &opt.lora_grads : nullptr;
   train_model_backward(ctx, m, w, b, d, opt.grads);
 }
 

@@ -70,12 +70,13 @@ inline ModelWeights random_model(const ModelConfig& cfg, uint32_t seed) {
 // physical blocks are handed out in reverse order (so the block table matters).
 class PagedRunner {
  public:
-  PagedRunner(Context& ctx, const ModelWeights& w, int n_seqs, int max_len, int block_size = 16, int max_tokens = 64)
+  PagedRunner(Context& ctx, const ModelWeights& w, int n_seqs, int max_len, int block_size = 16, int max_tokens = 64,
+              int lora_r = 0)
       : ctx_(ctx), w_(w), bs_(block_size), max_blocks_((max_len + block_size - 1) / block_size) {
     const int n_blocks = n_seqs * max_blocks_ + 1;
     cache_ = kv_cache_allocate(w.config, Device::cpu, w.dtype, n_blocks, block_size);
     rope_ = rope_table_build(w.config, Device::cpu, max_len);
-    scratch_ = forward_scratch_allocate(w.config, Device::cpu, w.dtype, max_tokens, max_tokens);
+    scratch_ = forward_scratch_allocate(w.config, Device::cpu, w.dtype, max_tokens, max_tokens, lora_r);
     table_.resize(size_t(n_seqs * max_blocks_));
     for (size_t i = 0; i < table_.size(); ++i) table_[i] = int32_t(n_blocks - 1 - int(i));
     pos_.assign(size_t(n_seqs), 0);
@@ -106,12 +107,14 @@ class PagedRunner {
         tensor_borrow(table_.data(), DType::i32, Device::cpu, {int64_t(pos_.size()), int64_t(max_blocks_)});
     b.attn.block_size = bs_;
     for (int32_t p : pos) b.attn.max_context = std::max(b.attn.max_context, p + 1);
+    b.lora = lora;
     std::vector<float> logits(size_t(T * V));
     Tensor tl = tensor_borrow(logits.data(), DType::f32, Device::cpu, {T, V});
     transformer_forward(ctx_, w_, cache_, rope_, b, scratch_, tl);
     return logits;
   }
   std::vector<float> feed(int s, const std::vector<int32_t>& toks) { return feed({{s, toks}}); }
+  std::vector<ForwardBatch::LoraRows> lora;  // LoRA row groups of the next feed (rows in feeding order)
 
  private:
   Context& ctx_;
