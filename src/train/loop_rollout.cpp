@@ -51,6 +51,10 @@ Telemetry telemetry_of(const RequestOutput& o) {
   t.prefix_hit_tokens = o.telemetry.prefix_hit_tokens;
   t.prompt_tokens = o.telemetry.prompt_tokens;
   t.truncated = o.finish_reason == FinishReason::length;
+  t.spec_proposed = o.telemetry.spec_proposed;
+  t.spec_accepted = o.telemetry.spec_accepted;
+  t.spec_accept_rate = t.spec_proposed > 0 ? double(t.spec_accepted) / double(t.spec_proposed) : 0.0;
+  t.engine_steps = o.telemetry.engine_steps;
   return t;
 }
 
@@ -70,8 +74,9 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
   const size_t G = size_t(b.group_size), N = outs.size();
   b.completions.resize(N);
   std::vector<float> totals(N);
-  std::vector<double> fn_sum(rewards.size(), 0.0);
+  std::vector<double> fn_sum(rewards.size(), 0.0), term_sum(rewards.n_terms(), 0.0);
   double score_sum = 0, len_sum = 0, len_max = 0, n_trunc = 0, prefix_hits = 0, prompt_toks = 0;
+  double spec_proposed = 0, spec_accepted = 0, engine_steps = 0;
   for (size_t i = 0; i < N; ++i) {
     Completion& c = b.completions[i];
     c.out = std::move(outs[i]);
@@ -84,6 +89,7 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
     c.score = env.score(pp.example, c.out.text);
     totals[i] = c.reward;
     for (size_t f = 0; f < fn_sum.size(); ++f) fn_sum[f] += c.reward_values[f];
+    for (size_t k = 0; k < term_sum.size(); ++k) term_sum[k] += rv.terms[k];
     score_sum += c.score;
     const double len = double(c.out.completion_ids.size());
     len_sum += len;
@@ -91,6 +97,9 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
     n_trunc += c.truncated ? 1 : 0;
     prefix_hits += c.out.telemetry.prefix_hit_tokens;
     prompt_toks += c.out.telemetry.prompt_tokens;
+    spec_proposed += tel.spec_proposed;
+    spec_accepted += tel.spec_accepted;
+    engine_steps += double(tel.engine_steps);
     b.n_completion_tokens += int64_t(len);
   }
   AdvantageStats st;
@@ -102,6 +111,7 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
   m.emplace_back("reward/mean", st.reward_mean);
   m.emplace_back("reward/std", st.reward_std);
   for (size_t f = 0; f < fn_sum.size(); ++f) m.emplace_back("reward/" + rewards.label(f) + "/mean", fn_sum[f] / dn);
+  for (size_t k = 0; k < term_sum.size(); ++k) m.emplace_back("reward/" + rewards.term_label(k), term_sum[k] / dn);
   m.emplace_back("reward/frac_zero_std", st.frac_zero_std);
   m.emplace_back("accuracy", score_sum / dn);
   m.emplace_back("completion/mean_length", len_sum / dn);
@@ -113,6 +123,9 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
   // Prompt tokens the prefix cache served, summed over the batch's samples (engine telemetry).
   m.emplace_back("rollout/prefix_hit_tokens", prefix_hits);
   m.emplace_back("rollout/prefix_hit_frac", prompt_toks > 0 ? prefix_hits / prompt_toks : 0.0);
+  // Speculative decoding over the batch: accepted / proposed draft tokens (0 when nothing drafted).
+  m.emplace_back("rollout/spec_accept_rate", spec_proposed > 0 ? spec_accepted / spec_proposed : 0.0);
+  m.emplace_back("rollout/engine_steps_mean", engine_steps / dn);
   return b;
 }
 
