@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "model/safetensors.h"
+#include "train/loop_curriculum.h"
 #include "train/loop_setup.h"
 #include "train/metrics_jsonl.h"
 #include "train/metrics_progress.h"
@@ -149,6 +150,7 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     st.mid_generation = mid_generation;
     st.data_epoch = r.cursor->epoch();
     st.data_index = r.cursor->index();
+    st.curriculum = r.curriculum ? r.curriculum->to_json() : nlohmann::json();
     st.last_lr = lr_at(r.trainer.sched, std::max<int64_t>(0, r.trainer.opt.step - 1));
     auto p = checkpoint_save(*r.ctx, r.out_dir, *r.weights, r.trainer.opt, st, r.ckpt_opts);
     if (!p.ok()) return p.status().with_context("checkpoint at step " + std::to_string(st.step));
@@ -175,16 +177,19 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     MetricList rec;
     if (!batch) {
       std::vector<PreparedPrompt> prompts;
-      for (size_t i : r.cursor->next(size_t(cfg.rollout.prompts_per_step))) {
+      const std::vector<size_t> idx = r.cursor->next(size_t(cfg.rollout.prompts_per_step));
+      for (size_t i : idx) {
         auto p = prompt_prepare(r.format, *r.tok, r.env->example(Split::train, i));
         if (!p.ok()) return p.status();
         prompts.push_back(std::move(p).value());
       }
-      auto b = rollout_generate(*r.engine, *r.env, *r.rewards, std::move(prompts), r.rollout_cfg, st.generation);
+      const std::vector<int> gs = r.curriculum ? curriculum_group_sizes(*r.curriculum, idx) : std::vector<int>{};
+      auto b = rollout_generate(*r.engine, *r.env, *r.rewards, std::move(prompts), r.rollout_cfg, st.generation, gs);
       if (!b.ok()) return b.status().with_context("rollout of generation " + std::to_string(st.generation));
       ++st.generation;
       batch = std::move(b).value();
       batch_pos = 0;
+      if (r.curriculum) batch->metrics = concat(std::move(batch->metrics), curriculum_after_rollout(*r.curriculum, idx, *batch));
       rec = batch->metrics;
       rec.emplace_back("tokens/generated", double(batch->n_completion_tokens));
     } else {
@@ -231,6 +236,8 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     if (st.step < cfg.train.steps && stop_requested()) break;
 
     if (cfg.eval.every > 0 && (st.step % cfg.eval.every == 0 || st.step == cfg.train.steps)) GRPO_TRY(do_eval(st.step));
+    if (r.curriculum && cfg.curriculum.report_every > 0 && st.step % cfg.curriculum.report_every == 0)
+      GRPO_TRY(curriculum_write_report(*r.curriculum, r.out_dir, st.step));
     if (cfg.checkpoint.every > 0 && st.step % cfg.checkpoint.every == 0) ckpt_due = true;
     const bool last = st.step == cfg.train.steps || st.stopped_early;
     if (ckpt_due && !batch && !last) {
@@ -254,8 +261,10 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
   } else if (cfg.checkpoint.save_final || ckpt_due) {
     GRPO_TRY(save(batch.has_value()));
   }
+  if (r.curriculum) GRPO_TRY(curriculum_write_report(*r.curriculum, r.out_dir, st.step));
   if (cfg.log.plot) {
     PlotOptions po;
+    if (r.curriculum) po.curriculum_report = r.curriculum->report(st.step);
     po.title = cfg.run.name.empty() ? fs::path(r.out_dir).filename().string() : cfg.run.name;
     po.metrics = cfg.log.plot_metrics.empty() ? loop_plot_metrics(writers.history()) : cfg.log.plot_metrics;
     GRPO_TRY(plot_write_html((fs::path(r.out_dir) / "plot.html").string(), writers.history(), po));

@@ -17,18 +17,22 @@ uint64_t rollout_seed_for(uint64_t seed, int64_t generation, int64_t request) {
 
 Result<std::vector<RequestOutput>> engine_run_prompts(Engine& engine, const std::vector<PreparedPrompt>& prompts,
                                                       const SamplingParams& params,
-                                                      const std::vector<uint64_t>& seeds) {
+                                                      const std::vector<uint64_t>& seeds,
+                                                      const std::vector<int>& n_per_prompt) {
   GRPO_CHECK(seeds.empty() || seeds.size() == prompts.size());
-  const size_t n = size_t(params.n);
-  std::vector<RequestOutput> result(prompts.size() * n);
+  GRPO_CHECK(n_per_prompt.empty() || n_per_prompt.size() == prompts.size());
   std::map<int64_t, size_t> first;  // request id -> index of its sample 0
   SamplingParams p = params;
+  size_t total = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     if (!seeds.empty()) p.seed = seeds[i];
+    if (!n_per_prompt.empty()) p.n = n_per_prompt[i];
     auto rid = engine.add_request(prompts[i].ids, p);
     if (!rid.ok()) return rid.status().with_context("prompt of example " + prompts[i].example.id);
-    first[rid.value()] = i * n;
+    first[rid.value()] = total;
+    total += size_t(p.n);
   }
+  std::vector<RequestOutput> result(total);
   size_t left = result.size();
   while (left > 0) {
     GRPO_CHECK_MSG(engine.has_unfinished(), "engine lost track of a request");
@@ -60,18 +64,23 @@ Telemetry telemetry_of(const RequestOutput& o) {
 
 Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, const RewardComposer& rewards,
                                       std::vector<PreparedPrompt> prompts, const RolloutConfig& rc,
-                                      int64_t generation) {
+                                      int64_t generation, const std::vector<int>& group_sizes) {
   RolloutBatch b;
   b.group_size = rc.params.n;
   b.prompts = std::move(prompts);
+  GRPO_CHECK(group_sizes.empty() || group_sizes.size() == b.prompts.size());
+  b.group_sizes = group_sizes.empty() ? std::vector<int>(b.prompts.size(), b.group_size) : group_sizes;
   std::vector<uint64_t> seeds(b.prompts.size());
   for (size_t k = 0; k < seeds.size(); ++k) seeds[k] = rollout_seed_for(rc.seed, generation, int64_t(k));
 
   const double t0 = now_seconds();
-  GRPO_ASSIGN_OR_RETURN(std::vector<RequestOutput> outs, engine_run_prompts(engine, b.prompts, rc.params, seeds));
+  GRPO_ASSIGN_OR_RETURN(std::vector<RequestOutput> outs, engine_run_prompts(engine, b.prompts, rc.params, seeds, b.group_sizes));
   const double t1 = now_seconds();
 
-  const size_t G = size_t(b.group_size), N = outs.size();
+  const size_t N = outs.size();
+  std::vector<size_t> prompt_of(N);
+  for (size_t k = 0, i = 0; k < b.group_sizes.size(); ++k)
+    for (int j = 0; j < b.group_sizes[k]; ++j) prompt_of[i++] = k;
   b.completions.resize(N);
   std::vector<float> totals(N);
   std::vector<double> fn_sum(rewards.size(), 0.0), term_sum(rewards.n_terms(), 0.0);
@@ -80,7 +89,7 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
   for (size_t i = 0; i < N; ++i) {
     Completion& c = b.completions[i];
     c.out = std::move(outs[i]);
-    const PreparedPrompt& pp = b.prompts[i / G];
+    const PreparedPrompt& pp = b.prompts[prompt_of[i]];
     const Telemetry tel = telemetry_of(c.out);
     c.truncated = tel.truncated;
     RewardValues rv = rewards.compute(pp.text, c.out.text, pp.example, tel);
@@ -103,7 +112,7 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
     b.n_completion_tokens += int64_t(len);
   }
   AdvantageStats st;
-  GRPO_ASSIGN_OR_RETURN(b.advantages, compute_advantages(totals, b.group_size, rc.scale, &st));
+  GRPO_ASSIGN_OR_RETURN(b.advantages, compute_advantages_grouped(totals, b.group_sizes, rc.scale, &st));
   const double t2 = now_seconds();
 
   const double dn = double(std::max<size_t>(N, 1));

@@ -33,8 +33,11 @@ struct Completion {
 
 struct RolloutBatch {
   std::vector<PreparedPrompt> prompts;  // B
-  int group_size = 0;                   // G
-  std::vector<Completion> completions;  // B·G: prompt k owns [k·G, (k+1)·G)
+  int group_size = 0;                   // G (rollout.num_generations)
+  // Samples of each prompt (B); all G unless a curriculum chose per prompt.
+  // Completions are prompt-major: prompt k owns the group_sizes[k] after those of prompts < k.
+  std::vector<int> group_sizes;
+  std::vector<Completion> completions;  // sum of group_sizes
   std::vector<float> advantages;        // B·G
   // B·G: the trainer's logprobs of each completion under the weights that
   // generated the batch (TRL's old_per_token_logps); filled by the trainer
@@ -48,10 +51,12 @@ uint64_t rollout_seed_for(uint64_t seed, int64_t generation, int64_t request);
 
 // Adds every prompt with `params` (params.n samples each; prompt k seeded with
 // seeds[k] when seeds is non-empty), runs the engine until all are done and
-// returns the outputs ordered prompt-major, sample-minor.
+// returns the outputs ordered prompt-major, sample-minor. n_per_prompt, when
+// non-empty, gives prompt k n_per_prompt[k] samples instead of params.n.
 Result<std::vector<RequestOutput>> engine_run_prompts(Engine& engine, const std::vector<PreparedPrompt>& prompts,
                                                       const SamplingParams& params,
-                                                      const std::vector<uint64_t>& seeds);
+                                                      const std::vector<uint64_t>& seeds,
+                                                      const std::vector<int>& n_per_prompt = {});
 
 // Telemetry for the reward functions from an engine output.
 Telemetry telemetry_of(const RequestOutput& o);
@@ -62,10 +67,11 @@ struct RolloutConfig {
   ScaleRewards scale = ScaleRewards::group;
 };
 
-// One generation batch: samples, rewards, advantages and metrics.
+// One generation batch: samples, rewards, advantages and metrics. group_sizes,
+// when non-empty, gives each prompt its own number of samples (>= 1 each).
 Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, const RewardComposer& rewards,
                                       std::vector<PreparedPrompt> prompts, const RolloutConfig& rc,
-                                      int64_t generation);
+                                      int64_t generation, const std::vector<int>& group_sizes = {});
 
 // Greedy (or sampled) eval: "eval/accuracy" (mean task score), "eval/reward"
 // (mean weighted reward), "eval/completion_length", "eval/time".

@@ -189,6 +189,18 @@ Status RunConfig::validate() const {
   c.require(checkpoint.every >= 0, "checkpoint.every", checkpoint.every, "must be >= 0");
   c.require(checkpoint.keep_last >= 0, "checkpoint.keep_last", checkpoint.keep_last, "must be >= 0 (0 = keep all)");
   c.require(log.every >= 1, "log.every", log.every, "must be >= 1");
+
+  const auto& cu = curriculum;
+  c.require(cu.type == "none" || cu.type == "kde_valley", "curriculum.type", cu.type, "must be \"none\" or \"kde_valley\"");
+  c.require(cu.ema_init >= 0 && cu.ema_init <= 1, "curriculum.ema_init", cu.ema_init, "must be in [0, 1]");
+  c.require(cu.ema_decay >= 0 && cu.ema_decay < 1, "curriculum.ema_decay", cu.ema_decay,
+            "must be in [0, 1) (the weight kept on the old EMA)");
+  c.require(cu.bandwidth > 0, "curriculum.bandwidth", cu.bandwidth, "must be > 0");
+  c.require(cu.grid_points >= 3 && cu.grid_points <= 100000, "curriculum.grid_points", cu.grid_points, "must be in 3..100000");
+  c.require(cu.n_clusters >= 1 && cu.n_clusters <= 64, "curriculum.n_clusters", cu.n_clusters, "must be in 1..64");
+  c.require(cu.alpha >= 0, "curriculum.alpha", cu.alpha, "must be >= 0 (harder clusters get more rollouts)");
+  c.require(cu.max_generations >= 0, "curriculum.max_generations", cu.max_generations, "must be >= 0 (0 = no cap)");
+  c.require(cu.report_every >= 0, "curriculum.report_every", cu.report_every, "must be >= 0");
   return c.status();
 }
 

@@ -147,6 +147,19 @@ struct CheckpointSection {
   bool save_final = true;
 };
 
+// Rollouts per prompt from the KDE valley curriculum (train/curriculum.h, docs/curriculum.md).
+struct CurriculumSection {
+  std::string type = "none";   // none | kde_valley
+  double ema_init = 0.5;       // EMA of a problem never sampled
+  double ema_decay = 0.7;      // ema <- decay * ema + (1 - decay) * reward, clipped to [0, 1]
+  double bandwidth = 0.05;     // Gaussian KDE bandwidth on [0, 1]
+  int64_t grid_points = 512;   // KDE grid on [0, 1]
+  int64_t n_clusters = 3;      // split at the n - 1 deepest valleys
+  double alpha = 1.0;          // G = round(num_generations * (1 + alpha * (1 - cluster mean)))
+  int64_t max_generations = 0; // cap on G per prompt; 0 = none
+  int64_t report_every = 10;   // steps between cluster reports (curriculum/report-<step>.json); 0 = only at the end
+};
+
 struct LogSection {
   bool jsonl = true;         // <output_dir>/metrics.jsonl
   bool tensorboard = false;  // <output_dir>/tb/events.out.tfevents.*
@@ -171,6 +184,7 @@ struct RunConfig {
   EvalSection eval;
   CheckpointSection checkpoint;
   LogSection log;
+  CurriculumSection curriculum;
 
   // Value checks; the message names the key and value ("train.lr = -1: must be > 0").
   Status validate() const;

@@ -98,6 +98,11 @@ std::vector<Field> fields_of(RunConfig& c) {
       {"log.jsonl", &c.log.jsonl}, {"log.tensorboard", &c.log.tensorboard}, {"log.plot", &c.log.plot},
       {"log.plot_metrics", &c.log.plot_metrics}, {"log.every", &c.log.every}, {"log.progress", enum_ref(&c.log.progress, progress_names())},
       {"log.level", enum_ref(&c.log.level, log_level_names())},
+      {"curriculum.type", &c.curriculum.type}, {"curriculum.ema_init", &c.curriculum.ema_init},
+      {"curriculum.ema_decay", &c.curriculum.ema_decay}, {"curriculum.bandwidth", &c.curriculum.bandwidth},
+      {"curriculum.grid_points", &c.curriculum.grid_points}, {"curriculum.n_clusters", &c.curriculum.n_clusters},
+      {"curriculum.alpha", &c.curriculum.alpha}, {"curriculum.max_generations", &c.curriculum.max_generations},
+      {"curriculum.report_every", &c.curriculum.report_every},
   };
 }
 
