@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "train/advantages.h"
 #include "train/curriculum.h"
 
 using namespace grpo;
@@ -149,4 +150,23 @@ TEST(Curriculum, BadInputsNameTheProblem) {
   auto s2 = c.value().restore({{"n_updates", 1}, {"ema", json::array({json::array({"a", 1.5})})}}, "ckpt");
   ASSERT_FALSE(s2.ok());
   EXPECT_NE(s2.message().find("outside [0, 1]"), std::string::npos) << s2.message();
+}
+
+TEST(Curriculum, UnequalGroupAdvantagesUseEachGroupsOwnStats) {
+  // Groups of 3 and 1: group 0 rewards {1, 2, 3} (mean 2, unbiased std 1); group 1 a single reward (std 0).
+  auto a = compute_advantages_grouped({1, 2, 3, 5}, {3, 1}, ScaleRewards::group);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_NEAR(a.value()[0], -1.0 / (1.0 + 1e-4), 1e-6);
+  EXPECT_NEAR(a.value()[1], 0.0, 1e-7);
+  EXPECT_NEAR(a.value()[2], 1.0 / (1.0 + 1e-4), 1e-6);
+  EXPECT_EQ(a.value()[3], 0.0f);
+  // Uniform sizes reproduce compute_advantages exactly.
+  std::vector<float> r = {0.5f, 1.5f, -2.0f, 0.25f, 3.0f, 3.0f};
+  auto u = compute_advantages(r, 3, ScaleRewards::batch);
+  auto g = compute_advantages_grouped(r, {3, 3}, ScaleRewards::batch);
+  ASSERT_TRUE(u.ok() && g.ok());
+  EXPECT_EQ(u.value(), g.value());
+  auto bad = compute_advantages_grouped({1, 2}, {3}, ScaleRewards::group);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("add up to 3"), std::string::npos) << bad.status().message();
 }
