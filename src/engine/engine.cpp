@@ -149,7 +149,16 @@ RowSampling Engine::row_sampling(const Sequence& s) const {
   return r;
 }
 
-std::vector<RequestOutput> Engine::step() {
+bool Engine::abort_request(int64_t request_id) {
+  const std::vector<Sequence*> gone = scheduler_->abort_request(request_id);
+  for (Sequence* s : gone) {
+    decoders_.erase(s->seq_id);
+    seqs_.erase(s->seq_id);
+  }
+  return !gone.empty();
+}
+
+std::vector<RequestOutput> Engine::step(std::vector<TokenEvent>* events) {
   std::vector<RequestOutput> done;
   SchedulerOutput out = scheduler_->schedule();
   if (out.empty() && !out.preempted.empty()) out = scheduler_->schedule();  // admissions wait a pass after preemption
@@ -177,9 +186,37 @@ std::vector<RequestOutput> Engine::step() {
     if (!ss.sample) continue;
     Sequence& s = *ss.seq;
     if (s.n_completion() == 0) stats_.prefix_hit_tokens += s.prefix_hit_tokens;
-    on_token(s, sampled[r++], now);
+    const SampledRow& row = sampled[r++];
+    on_token(s, row, now);
     ++stats_.tokens_generated;
-    if (s.finish != FinishReason::none) done.push_back(finish_output(s, s.finish, now));
+    TokenEvent* ev = nullptr;
+    if (events) {
+      ev = &events->emplace_back();
+      ev->request_id = s.request_id;
+      ev->sample_index = s.sample_index;
+      ev->token = row.token;
+      ev->logprob_raw = row.logprob_raw;
+      ev->logprob_processed = row.logprob_processed;
+      ev->logprob = s.params.logprobs_mode == LogprobsMode::raw ? row.logprob_raw : row.logprob_processed;
+      if (s.params.top_logprobs > 0) ev->top_logprobs = row.top;
+    }
+    if (s.finish != FinishReason::none) {
+      const size_t emitted = s.text_emitted;
+      done.push_back(finish_output(s, s.finish, now));  // s is gone from here
+      if (ev) {
+        const std::string& text = done.back().text;
+        if (text.size() > emitted) ev->text_delta = text.substr(emitted);
+        ev->finish_reason = done.back().finish_reason;
+      }
+    } else if (ev) {
+      size_t hold = 0;
+      for (const auto& st : s.params.stop) hold = std::max(hold, st.size() - 1);
+      const size_t safe = s.text.size() > hold ? s.text.size() - hold : 0;
+      if (safe > s.text_emitted) {
+        ev->text_delta = s.text.substr(s.text_emitted, safe - s.text_emitted);
+        s.text_emitted = safe;
+      }
+    }
   }
   return done;
 }

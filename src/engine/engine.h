@@ -75,6 +75,23 @@ struct RequestOutput {
   RequestTelemetry telemetry;
 };
 
+// One completion token as it is produced (Engine::step's optional event list),
+// for streaming. text_delta is the text that became final with this token: while
+// stop strings are set, the last (longest stop - 1) bytes are held back until no
+// stop match can cut them, so the concatenated deltas of a sample always equal
+// the final RequestOutput::text.
+struct TokenEvent {
+  int64_t request_id = 0;
+  int sample_index = 0;
+  int32_t token = 0;
+  float logprob = 0;            // in params.logprobs_mode
+  float logprob_raw = 0;
+  float logprob_processed = 0;
+  std::vector<std::pair<int32_t, float>> top_logprobs;  // when params.top_logprobs > 0
+  std::string text_delta;
+  FinishReason finish_reason = FinishReason::none;  // set on the sample's last token
+};
+
 struct EngineStats {
   int64_t steps = 0;
   int64_t tokens_computed = 0;    // prompt + recomputed tokens run through the model
@@ -94,8 +111,13 @@ class Engine {
   // problem: invalid params, empty/too long prompt, ids outside the vocabulary, a
   // request that cannot fit the KV pool, stop strings without a tokenizer.
   Result<int64_t> add_request(std::vector<int32_t> prompt_ids, const SamplingParams& params);
-  // Runs one scheduled step; returns the samples that finished in it.
-  std::vector<RequestOutput> step();
+  // Runs one scheduled step; returns the samples that finished in it. With `events`,
+  // also appends one TokenEvent per token sampled in the step (finished ones included).
+  std::vector<RequestOutput> step(std::vector<TokenEvent>* events = nullptr);
+  // Ends every sample of a queued or running request and frees its KV blocks; its
+  // output is dropped. Returns false (and changes nothing) when the id is unknown
+  // or already finished.
+  bool abort_request(int64_t request_id);
   bool has_unfinished() const { return scheduler_->has_work(); }
   // Blocking: runs until every prompt's samples are done. Output k = prompt k / n,
   // sample k % n. Requests already queued are run too (their outputs are dropped).
@@ -105,12 +127,16 @@ class Engine {
   void reset_prefix_cache() { blocks_->reset_prefix_cache(); }
 
   const EngineStats& stats() const { return stats_; }
+  const Context& context() const { return ctx_; }
   const EngineOptions& options() const { return opt_; }
   int n_kv_blocks() const { return blocks_->n_blocks(); }
   int n_free_kv_blocks() const { return blocks_->n_free(); }
+  int n_waiting() const { return int(scheduler_->waiting().size()); }   // sequences, not requests
+  int n_running() const { return int(scheduler_->running().size()); }
   size_t kv_bytes_per_block() const { return runner_->kv_bytes_per_block(); }  // all layers, K and V, real bytes
   DType kv_cache_dtype() const { return runner_->geometry().kv_dtype; }
   int max_model_len() const { return max_model_len_; }
+  int vocab_size() const { return w_.config.vocab_size; }
   const std::vector<int>& eos_token_ids() const { return eos_; }
 
  private:

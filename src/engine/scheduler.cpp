@@ -125,4 +125,14 @@ void Scheduler::finish(Sequence* seq, FinishReason reason) {
   seq->finish = reason;
 }
 
+std::vector<Sequence*> Scheduler::abort_request(int64_t request_id) {
+  std::vector<Sequence*> found;
+  for (auto* q : {&running_, &waiting_})
+    for (Sequence* s : *q)
+      if (s->request_id == request_id) found.push_back(s);
+  // Newest first, so blocks shared with an older sibling are released tail first.
+  for (auto it = found.rbegin(); it != found.rend(); ++it) finish(*it, FinishReason::abort);
+  return found;
+}
+
 }  // namespace grpo

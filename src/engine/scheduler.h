@@ -56,6 +56,9 @@ class Scheduler {
   void on_step_done(const SchedulerOutput& out);
   // Ends a sequence wherever it is (running or waiting) and frees its blocks.
   void finish(Sequence* seq, FinishReason reason);
+  // Ends every sequence of a request wherever it is (reason abort) and frees its
+  // blocks; returns them (empty, and nothing changed, when none is queued or running).
+  std::vector<Sequence*> abort_request(int64_t request_id);
 
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
   const std::deque<Sequence*>& waiting() const { return waiting_; }

@@ -10,6 +10,9 @@
 #include "core/timer.h"
 #include "model/safetensors.h"
 #include "train/loop_curriculum.h"
+#include "train/loop_remote.h"
+#include "dist/communicator.h"
+#include "train/data_parallel.h"
 #include "train/loop_setup.h"
 #include "train/metrics_jsonl.h"
 #include "train/metrics_progress.h"
@@ -114,27 +117,78 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
   // Config errors first, so that a bad config leaves no run directory behind.
   GRPO_TRY(cfg_in.validate());
   GRPO_TRY(run_config_resolve_paths(cfg_in).status());
+  Communicator* comm = opt.comm;
+  const int n_ranks = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
+  const bool lead = rank == 0;  // owns the run directory: lock, metrics, checkpoints
+  if (cfg_in.rollout.prompts_per_step % n_ranks != 0)
+    return error_status("rollout.prompts_per_step = " + std::to_string(cfg_in.rollout.prompts_per_step) +
+                        " does not split over " + std::to_string(n_ranks) +
+                        " ranks: it is the global batch; make it a multiple of the number of ranks");
   const std::string out_dir = opt.out_dir.empty() ? cfg_in.run.output_dir : opt.out_dir;
-  GRPO_ASSIGN_OR_RETURN(RunDirLock lock, RunDirLock::acquire(out_dir));
-  if (opt.resume) GRPO_TRY(run_dir_check_resume_config(out_dir, cfg_in, opt.resume_with_changes, opt.console));
+  std::optional<RunDirLock> lock;
+  if (lead) {
+    GRPO_ASSIGN_OR_RETURN(RunDirLock l, RunDirLock::acquire(out_dir));
+    lock.emplace(std::move(l));
+    if (opt.resume) GRPO_TRY(run_dir_check_resume_config(out_dir, cfg_in, opt.resume_with_changes, opt.console));
+  }
   GRPO_ASSIGN_OR_RETURN(std::unique_ptr<LoopRun> run, loop_setup(cfg_in, opt));
   LoopRun& r = *run;
   const RunConfig& cfg = r.cfg;
   TrainerState& st = r.state;
   std::FILE* con = opt.console;
 
+  // [server]: outside requests share the engine through the service, which runs only
+  // while the loop generates; weights change while it is paused (drained), so every
+  // answer comes from one policy version (the optimizer step).
+  std::unique_ptr<EngineService> svc;
+  std::shared_ptr<void> http;  // declared after svc: released first
+  // Released before http: lets the requests still queued finish, so that stopping the
+  // HTTP workers never waits on a paused service.
+  struct Resume {
+    EngineService* s = nullptr;
+    ~Resume() {
+      if (s) s->resume();
+    }
+  } resume_at_exit;
+  if (cfg.server.enabled) {
+    if (!opt.start_server)
+      return error_status("server.enabled = true, but this program cannot start the HTTP server; run it with `grpo train`");
+    svc = std::make_unique<EngineService>(*r.engine, ServiceOptions{int(cfg.server.max_queued_requests)});
+    svc->pause_and_drain();
+    svc->set_policy_version(st.step);
+    GRPO_ASSIGN_OR_RETURN(http, opt.start_server(*svc, r.tok.get(), cfg.server));
+    resume_at_exit.s = svc.get();
+  }
+  DataParallel dp;
+  std::vector<int64_t> prompt_split = split_even(cfg.rollout.prompts_per_step, n_ranks);
+  if (comm) {
+    dp.comm = comm;
+    dp.zero_stage = int(cfg.dist.zero_stage);
+    dp.bucket_elems = std::max<int64_t>(1, int64_t(cfg.dist.bucket_mb * 1048576.0 / 4.0));
+    if (dp.zero_stage == 1) optimizer_shard(r.trainer.opt, *r.weights, dp);
+    r.trainer.dp = &dp;
+    r.rollout_cfg.request_offset = prompt_split[size_t(rank)];
+    r.rollout_cfg.comm = comm;
+  }
+  const std::vector<int64_t> eval_split = split_even(int64_t(r.eval_prompts.size()), n_ranks);
+  const std::vector<PreparedPrompt> eval_mine(r.eval_prompts.begin() + long(eval_split[size_t(rank)]),
+                                              r.eval_prompts.begin() + long(eval_split[size_t(rank) + 1]));
+
   Writers writers;
-  GRPO_TRY(writers.open(cfg, r.out_dir, r.resumed, st.step));
+  if (lead) GRPO_TRY(writers.open(cfg, r.out_dir, r.resumed, st.step));
+  auto write_metrics = [&](int64_t step, const MetricList& m) { return lead ? writers.write(step, m) : ok_status(); };
 
   TrainLoopResult res;
   res.out_dir = r.out_dir;
   auto do_eval = [&](int64_t step) -> Status {
     if (r.eval_prompts.empty()) return ok_status();
-    auto ev = rollout_eval(*r.engine, *r.env, *r.rewards, r.eval_prompts, r.eval_params, uint64_t(cfg.rollout.seed));
+    auto ev = rollout_eval(*r.engine, *r.env, *r.rewards, eval_mine, r.eval_params, uint64_t(cfg.rollout.seed),
+                           svc.get(), eval_split[size_t(rank)]);
     if (!ev.ok()) return ev.status().with_context("eval at step " + std::to_string(step));
     r.engine->reset_prefix_cache();
     res.last_eval = ev.value();
-    GRPO_TRY(writers.write(step, res.last_eval));
+    if (comm) GRPO_TRY(dp_reduce_eval_metrics(*comm, res.last_eval).with_context("eval metrics"));
+    GRPO_TRY(write_metrics(step, res.last_eval));
     if (con)
       std::fprintf(con, "%seval step %lld: accuracy %.4f reward %.4f (%d prompts, %.1f s)\n",
                    r.progress && r.progress->is_bar() ? "\n" : "", (long long)step,
@@ -152,7 +206,15 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     st.data_index = r.cursor->index();
     st.curriculum = r.curriculum ? r.curriculum->to_json() : nlohmann::json();
     st.last_lr = lr_at(r.trainer.sched, std::max<int64_t>(0, r.trainer.opt.step - 1));
-    auto p = checkpoint_save(*r.ctx, r.out_dir, *r.weights, r.trainer.opt, st, r.ckpt_opts);
+    // ZeRO-1: the checkpoint holds the full optimizer state, so a resume may use any number of ranks.
+    std::optional<Optimizer> full;
+    if (dp.zero_stage == 1) {
+      Status gs;
+      full.emplace(optimizer_gather_full(*r.ctx, r.trainer.opt, *r.weights, dp, &gs));
+      GRPO_TRY(gs.with_context("gathering ZeRO-1 shards for the checkpoint at step " + std::to_string(st.step)));
+    }
+    if (!lead) return ok_status();
+    auto p = checkpoint_save(*r.ctx, r.out_dir, *r.weights, full ? *full : r.trainer.opt, st, r.ckpt_opts);
     if (!p.ok()) return p.status().with_context("checkpoint at step " + std::to_string(st.step));
     res.last_checkpoint = p.value();
     GRPO_LOG_DEBUG("wrote %s", p.value().c_str());
@@ -161,6 +223,21 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
 
   if (!r.resumed && cfg.eval.every > 0 && cfg.eval.at_start) GRPO_TRY(do_eval(0));
 
+  const bool remote = cfg.data.env == "remote";
+  if (remote) {
+    if (!opt.make_trajectory_source)
+      return error_status("data.env = \"remote\", but this program cannot host or reach a trajectory API; run it with `grpo train`");
+    GRPO_ASSIGN_OR_RETURN(std::shared_ptr<TrajectorySource> src, opt.make_trajectory_source(cfg));
+    RemoteLoopHooks hooks{[&](int64_t s, const MetricList& m) { return writers.write(s, m); }, [&] { return save(false); }};
+    GRPO_ASSIGN_OR_RETURN(bool killed, remote_train_loop(r, opt, *src, svc.get(), hooks));
+    if (killed) {
+      if (r.progress) r.progress->finish();
+      res.steps = st.step;
+      return res;  // simulated kill: no final checkpoint, no plot
+    }
+    if (opt.stop_signal && opt.stop_signal->load() != 0 && st.step < cfg.train.steps)
+      res.stop_signal = opt.stop_signal->load();
+  }
   const int64_t mu = cfg.train.num_iterations, spg = cfg.train.steps_per_generation;
   const bool use_old = mu > 1 || spg > 1;
   std::optional<RolloutBatch> batch;
@@ -170,26 +247,39 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
   int64_t n_skipped_in_row = 0;
   auto stop_requested = [&] {
     if (opt.stop_signal && opt.stop_signal->load() != 0) res.stop_signal = opt.stop_signal->load();
+    if (comm && n_ranks > 1) {
+      // Every rank must leave the loop at the same step, or the others would wait in a collective.
+      std::vector<double> s = {double(res.stop_signal)};
+      if (comm->all_reduce_host(s, HostReduce::max).ok()) res.stop_signal = int(s[0]);
+    }
     return res.stop_signal != 0;
   };
-  while (st.step < cfg.train.steps && !st.stopped_early && !stop_requested()) {
+  while (!remote && st.step < cfg.train.steps && !st.stopped_early && !stop_requested()) {
     const double t_step = now_seconds();
     MetricList rec;
     if (!batch) {
       std::vector<PreparedPrompt> prompts;
-      const std::vector<size_t> idx = r.cursor->next(size_t(cfg.rollout.prompts_per_step));
-      for (size_t i : idx) {
+      const std::vector<size_t> global = r.cursor->next(size_t(cfg.rollout.prompts_per_step));
+      const size_t mine_begin = size_t(prompt_split[size_t(rank)]), mine_end = size_t(prompt_split[size_t(rank) + 1]);
+      for (size_t i : std::vector<size_t>(global.begin() + long(mine_begin), global.begin() + long(mine_end))) {
         auto p = prompt_prepare(r.format, *r.tok, r.env->example(Split::train, i));
         if (!p.ok()) return p.status();
         prompts.push_back(std::move(p).value());
       }
-      const std::vector<int> gs = r.curriculum ? curriculum_group_sizes(*r.curriculum, idx) : std::vector<int>{};
-      auto b = rollout_generate(*r.engine, *r.env, *r.rewards, std::move(prompts), r.rollout_cfg, st.generation, gs);
+      // The curriculum sizes every prompt of the global batch (its state is the same on every rank).
+      std::vector<int> gs;
+      if (r.curriculum) {
+        const std::vector<int> all = curriculum_group_sizes(*r.curriculum, global);
+        gs.assign(all.begin() + long(mine_begin), all.begin() + long(mine_end));
+      }
+      auto b = rollout_generate(*r.engine, *r.env, *r.rewards, std::move(prompts), r.rollout_cfg, st.generation,
+                                svc.get(), gs);
       if (!b.ok()) return b.status().with_context("rollout of generation " + std::to_string(st.generation));
       ++st.generation;
       batch = std::move(b).value();
       batch_pos = 0;
-      if (r.curriculum) batch->metrics = concat(std::move(batch->metrics), curriculum_after_rollout(*r.curriculum, idx, *batch));
+      if (r.curriculum)
+        batch->metrics = concat(std::move(batch->metrics), curriculum_after_rollout(*r.curriculum, global, *batch));
       rec = batch->metrics;
       rec.emplace_back("tokens/generated", double(batch->n_completion_tokens));
     } else {
@@ -208,8 +298,10 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     r.engine->reset_prefix_cache();
     r.ctx->synchronize();
     rec = concat(std::move(rec), tm.value());
+    if (comm) GRPO_TRY(dp_reduce_step_metrics(*comm, rec).with_context("step metrics"));
     rec.emplace_back("time/sync", now_seconds() - t_sync);
     ++st.step;
+    if (svc) svc->set_policy_version(st.step);
     ++steps_this_run;
     if (++batch_pos == mu * spg) batch.reset();
     const double wall = now_seconds() - t_step;
@@ -217,7 +309,7 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     rec.emplace_back("tokens/s", wall > 0 ? find_metric(rec, "tokens/generated", 0) / wall : 0.0);
     rec.emplace_back("generation", double(st.generation));
     rec.emplace_back("epoch", double(r.cursor->epoch()));
-    if (st.step % cfg.log.every == 0 || st.step == cfg.train.steps) GRPO_TRY(writers.write(st.step, rec));
+    if (st.step % cfg.log.every == 0 || st.step == cfg.train.steps) GRPO_TRY(write_metrics(st.step, rec));
     if (r.progress) r.progress->update(st.step, progress_fields(rec, res.last_eval));
     if (opt.on_step) opt.on_step(st.step);
     n_skipped_in_row = find_metric(tm.value(), "optimizer/skipped", 0.0) > 0 ? n_skipped_in_row + 1 : 0;
@@ -236,7 +328,7 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     if (st.step < cfg.train.steps && stop_requested()) break;
 
     if (cfg.eval.every > 0 && (st.step % cfg.eval.every == 0 || st.step == cfg.train.steps)) GRPO_TRY(do_eval(st.step));
-    if (r.curriculum && cfg.curriculum.report_every > 0 && st.step % cfg.curriculum.report_every == 0)
+    if (r.curriculum && lead && cfg.curriculum.report_every > 0 && st.step % cfg.curriculum.report_every == 0)
       GRPO_TRY(curriculum_write_report(*r.curriculum, r.out_dir, st.step));
     if (cfg.checkpoint.every > 0 && st.step % cfg.checkpoint.every == 0) ckpt_due = true;
     const bool last = st.step == cfg.train.steps || st.stopped_early;
@@ -256,13 +348,13 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
                  (long long)st.step, cfg.eval.early_stopping_metric.c_str(), (long long)st.evals_without_improvement,
                  st.best_metric, (long long)st.best_step);
   if (res.stop_signal) {
-    if (steps_this_run > 0) GRPO_TRY(save(batch.has_value()));
+    if (steps_this_run > 0 || (remote && st.step > 0)) GRPO_TRY(save(batch.has_value()));
     else res.last_checkpoint = r.resumed_from;
   } else if (cfg.checkpoint.save_final || ckpt_due) {
     GRPO_TRY(save(batch.has_value()));
   }
-  if (r.curriculum) GRPO_TRY(curriculum_write_report(*r.curriculum, r.out_dir, st.step));
-  if (cfg.log.plot) {
+  if (r.curriculum && lead) GRPO_TRY(curriculum_write_report(*r.curriculum, r.out_dir, st.step));
+  if (cfg.log.plot && lead) {
     PlotOptions po;
     if (r.curriculum) po.curriculum_report = r.curriculum->report(st.step);
     po.title = cfg.run.name.empty() ? fs::path(r.out_dir).filename().string() : cfg.run.name;

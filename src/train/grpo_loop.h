@@ -38,12 +38,21 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "train/metrics_writer.h"
 #include "train/run_config.h"
 
 namespace grpo {
+class EngineService;
+class Tokenizer;
+class TrajectorySource;
+}  // namespace grpo
+
+namespace grpo {
+
+class Communicator;
 
 struct TrainLoopOptions {
   std::string out_dir;            // "" = cfg.run.output_dir
@@ -56,6 +65,16 @@ struct TrainLoopOptions {
   // Polled between steps; non-zero (a signal number) = stop after the current step with a checkpoint.
   const std::atomic<int>* stop_signal = nullptr;
   std::function<void(int64_t step)> on_step;  // after each optimizer step, its metrics written
+  // With [server] enabled: starts the HTTP front on the loop's engine service (the
+  // CLI links src/server, which sits above train/). The returned handle is released,
+  // stopping the server, before the service and the engine go away.
+  std::function<Result<std::shared_ptr<void>>(EngineService&, const Tokenizer*, const ServerSection&)> start_server;
+  // data.env = "remote": the source of batches of scored groups (train/loop_remote.h),
+  // made by the CLI: the trajectory API hosted in this process, or a client of remote.url.
+  std::function<Result<std::shared_ptr<TrajectorySource>>(const RunConfig&)> make_trajectory_source;
+  // Data-parallel ranks (dist/communicator.h, docs/distributed.md); nullptr = one rank. Rank 0
+  // owns the run directory (lock, metrics, checkpoints); every rank loads the same config.
+  Communicator* comm = nullptr;
 };
 
 struct TrainLoopResult {

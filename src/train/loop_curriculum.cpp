@@ -16,14 +16,17 @@ std::vector<int> curriculum_group_sizes(const KdeCurriculum& c, const std::vecto
 }
 
 MetricList curriculum_after_rollout(KdeCurriculum& c, const std::vector<size_t>& indices, const RolloutBatch& b) {
-  GRPO_CHECK(indices.size() == b.group_sizes.size());
+  // Several ranks: the global batch's rewards (every rank updates the same state).
+  const bool global = !b.global_group_sizes.empty();
+  const std::vector<int>& sizes = global ? b.global_group_sizes : b.group_sizes;
+  GRPO_CHECK(indices.size() == sizes.size());
   std::vector<double> means(indices.size());
   double g_sum = 0;
   for (size_t k = 0, i = 0; k < indices.size(); ++k) {
     double s = 0;
-    for (int j = 0; j < b.group_sizes[k]; ++j) s += double(b.completions[i++].reward);
-    means[k] = s / double(b.group_sizes[k]);
-    g_sum += b.group_sizes[k];
+    for (int j = 0; j < sizes[k]; ++j, ++i) s += double(global ? b.global_rewards[i] : b.completions[i].reward);
+    means[k] = s / double(sizes[k]);
+    g_sum += sizes[k];
   }
   c.update(indices, means);
   double ema_sum = 0;

@@ -15,7 +15,8 @@ namespace grpo {
 // Rollouts for each example index under the current clusters.
 std::vector<int> curriculum_group_sizes(const KdeCurriculum& c, const std::vector<size_t>& indices);
 
-// EMA update from the batch generated for `indices` (prompt k <-> indices[k]).
+// EMA update from the batch generated for `indices` (prompt k <-> indices[k]; with
+// several ranks, the global batch: b.global_rewards / b.global_group_sizes).
 // Returns "curriculum/n_clusters", "curriculum/group_size_mean" (this batch),
 // "curriculum/ema_mean" (of the batch's problems after the update) and
 // "curriculum/cluster<k>/size", "curriculum/cluster<k>/mean_reward" per cluster.

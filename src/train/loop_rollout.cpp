@@ -6,6 +6,7 @@
 #include <map>
 
 #include "core/timer.h"
+#include "dist/communicator.h"
 
 namespace grpo {
 
@@ -17,10 +18,23 @@ uint64_t rollout_seed_for(uint64_t seed, int64_t generation, int64_t request) {
 
 Result<std::vector<RequestOutput>> engine_run_prompts(Engine& engine, const std::vector<PreparedPrompt>& prompts,
                                                       const SamplingParams& params,
-                                                      const std::vector<uint64_t>& seeds,
+                                                      const std::vector<uint64_t>& seeds, EngineService* svc,
                                                       const std::vector<int>& n_per_prompt) {
   GRPO_CHECK(seeds.empty() || seeds.size() == prompts.size());
   GRPO_CHECK(n_per_prompt.empty() || n_per_prompt.size() == prompts.size());
+  if (svc) {
+    std::vector<std::vector<int32_t>> ids;
+    std::vector<SamplingParams> ps(prompts.size(), params);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ids.push_back(prompts[i].ids);
+      if (!seeds.empty()) ps[i].seed = seeds[i];
+      if (!n_per_prompt.empty()) ps[i].n = n_per_prompt[i];
+    }
+    svc->resume();
+    auto out = svc->generate(ids, ps);
+    svc->pause_and_drain();
+    return out;
+  }
   std::map<int64_t, size_t> first;  // request id -> index of its sample 0
   SamplingParams p = params;
   size_t total = 0;
@@ -64,17 +78,18 @@ Telemetry telemetry_of(const RequestOutput& o) {
 
 Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, const RewardComposer& rewards,
                                       std::vector<PreparedPrompt> prompts, const RolloutConfig& rc,
-                                      int64_t generation, const std::vector<int>& group_sizes) {
+                                      int64_t generation, EngineService* svc, const std::vector<int>& group_sizes) {
   RolloutBatch b;
   b.group_size = rc.params.n;
   b.prompts = std::move(prompts);
   GRPO_CHECK(group_sizes.empty() || group_sizes.size() == b.prompts.size());
   b.group_sizes = group_sizes.empty() ? std::vector<int>(b.prompts.size(), b.group_size) : group_sizes;
   std::vector<uint64_t> seeds(b.prompts.size());
-  for (size_t k = 0; k < seeds.size(); ++k) seeds[k] = rollout_seed_for(rc.seed, generation, int64_t(k));
+  for (size_t k = 0; k < seeds.size(); ++k) seeds[k] = rollout_seed_for(rc.seed, generation, rc.request_offset + int64_t(k));
 
   const double t0 = now_seconds();
-  GRPO_ASSIGN_OR_RETURN(std::vector<RequestOutput> outs, engine_run_prompts(engine, b.prompts, rc.params, seeds, b.group_sizes));
+  GRPO_ASSIGN_OR_RETURN(std::vector<RequestOutput> outs,
+                        engine_run_prompts(engine, b.prompts, rc.params, seeds, svc, b.group_sizes));
   const double t1 = now_seconds();
 
   const size_t N = outs.size();
@@ -86,13 +101,21 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
   std::vector<double> fn_sum(rewards.size(), 0.0), term_sum(rewards.n_terms(), 0.0);
   double score_sum = 0, len_sum = 0, len_max = 0, n_trunc = 0, prefix_hits = 0, prompt_toks = 0;
   double spec_proposed = 0, spec_accepted = 0, engine_steps = 0;
+  std::vector<Telemetry> tels(N);
+  std::vector<RewardInput> inputs(N);
+  for (size_t i = 0; i < N; ++i) {
+    b.completions[i].out = std::move(outs[i]);
+    const PreparedPrompt& pp = b.prompts[prompt_of[i]];
+    tels[i] = telemetry_of(b.completions[i].out);
+    inputs[i] = {pp.text, b.completions[i].out.text, &pp.example, &tels[i]};
+  }
+  GRPO_ASSIGN_OR_RETURN(RewardBatchResult scored, rewards.compute_batch(inputs));
   for (size_t i = 0; i < N; ++i) {
     Completion& c = b.completions[i];
-    c.out = std::move(outs[i]);
     const PreparedPrompt& pp = b.prompts[prompt_of[i]];
-    const Telemetry tel = telemetry_of(c.out);
+    const Telemetry& tel = tels[i];
     c.truncated = tel.truncated;
-    RewardValues rv = rewards.compute(pp.text, c.out.text, pp.example, tel);
+    RewardValues& rv = scored.values[i];
     c.reward = float(rv.total);
     c.reward_values = std::move(rv.values);
     c.score = env.score(pp.example, c.out.text);
@@ -112,7 +135,24 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
     b.n_completion_tokens += int64_t(len);
   }
   AdvantageStats st;
-  GRPO_ASSIGN_OR_RETURN(b.advantages, compute_advantages_grouped(totals, b.group_sizes, rc.scale, &st));
+  if (rc.comm && rc.comm->size() > 1) {
+    // Groups never straddle ranks, but "batch" scaling and the reward statistics
+    // are over the global batch: compute them from every rank's rewards (and group
+    // sizes, which a curriculum sets per prompt).
+    GRPO_ASSIGN_OR_RETURN(std::vector<float> all, rc.comm->all_gather_host(totals));
+    const std::vector<float> mine_gs(b.group_sizes.begin(), b.group_sizes.end());
+    GRPO_ASSIGN_OR_RETURN(std::vector<float> all_gs, rc.comm->all_gather_host(mine_gs));
+    b.global_group_sizes.assign(all_gs.begin(), all_gs.end());
+    GRPO_ASSIGN_OR_RETURN(std::vector<float> adv, compute_advantages_grouped(all, b.global_group_sizes, rc.scale, &st));
+    GRPO_CHECK(rc.request_offset >= 0 && size_t(rc.request_offset) <= b.global_group_sizes.size());
+    size_t first = 0;
+    for (int64_t k = 0; k < rc.request_offset; ++k) first += size_t(b.global_group_sizes[size_t(k)]);
+    GRPO_CHECK(first + N <= adv.size());
+    b.advantages.assign(adv.begin() + long(first), adv.begin() + long(first + N));
+    b.global_rewards = std::move(all);
+  } else {
+    GRPO_ASSIGN_OR_RETURN(b.advantages, compute_advantages_grouped(totals, b.group_sizes, rc.scale, &st));
+  }
   const double t2 = now_seconds();
 
   const double dn = double(std::max<size_t>(N, 1));
@@ -121,6 +161,11 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
   m.emplace_back("reward/std", st.reward_std);
   for (size_t f = 0; f < fn_sum.size(); ++f) m.emplace_back("reward/" + rewards.label(f) + "/mean", fn_sum[f] / dn);
   for (size_t k = 0; k < term_sum.size(); ++k) m.emplace_back("reward/" + rewards.term_label(k), term_sum[k] / dn);
+  for (size_t f = 0; f < fn_sum.size(); ++f)
+    if (rewards.function(f).is_remote()) {
+      m.emplace_back("reward/" + rewards.label(f) + "/failed", double(scored.n_failed[f]));
+      m.emplace_back("time/reward/" + rewards.label(f), scored.seconds[f]);
+    }
   m.emplace_back("reward/frac_zero_std", st.frac_zero_std);
   m.emplace_back("accuracy", score_sum / dn);
   m.emplace_back("completion/mean_length", len_sum / dn);
@@ -140,17 +185,24 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
 
 Result<MetricList> rollout_eval(Engine& engine, const Environment& env, const RewardComposer& rewards,
                                 const std::vector<PreparedPrompt>& prompts, const SamplingParams& params,
-                                uint64_t seed) {
+                                uint64_t seed, EngineService* svc, int64_t first_index) {
   const double t0 = now_seconds();
   std::vector<uint64_t> seeds(prompts.size());
-  for (size_t k = 0; k < seeds.size(); ++k) seeds[k] = rollout_seed_for(seed, -1, int64_t(k));
-  GRPO_ASSIGN_OR_RETURN(std::vector<RequestOutput> outs, engine_run_prompts(engine, prompts, params, seeds));
+  for (size_t k = 0; k < seeds.size(); ++k) seeds[k] = rollout_seed_for(seed, -1, first_index + int64_t(k));
+  GRPO_ASSIGN_OR_RETURN(std::vector<RequestOutput> outs, engine_run_prompts(engine, prompts, params, seeds, svc));
   const size_t n = size_t(params.n);
   double score = 0, reward = 0, len = 0;
+  std::vector<Telemetry> tels(outs.size());
+  std::vector<RewardInput> inputs(outs.size());
+  for (size_t i = 0; i < outs.size(); ++i) {
+    tels[i] = telemetry_of(outs[i]);
+    inputs[i] = {prompts[i / n].text, outs[i].text, &prompts[i / n].example, &tels[i]};
+  }
+  GRPO_ASSIGN_OR_RETURN(RewardBatchResult scored, rewards.compute_batch(inputs));
   for (size_t i = 0; i < outs.size(); ++i) {
     const PreparedPrompt& pp = prompts[i / n];
     score += env.score(pp.example, outs[i].text);
-    reward += rewards.compute(pp.text, outs[i].text, pp.example, telemetry_of(outs[i])).total;
+    reward += scored.values[i].total;
     len += double(outs[i].completion_ids.size());
   }
   const double dn = double(std::max<size_t>(outs.size(), 1));

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/engine_service.h"
 #include "env/environment.h"
 #include "env/rewards.h"
 #include "train/advantages.h"
@@ -19,6 +20,8 @@
 #include "train/metrics_writer.h"
 
 namespace grpo {
+
+class Communicator;
 
 struct Completion {
   RequestOutput out;             // prompt ids, completion ids, text, logprobs, telemetry
@@ -43,6 +46,10 @@ struct RolloutBatch {
   // generated the batch (TRL's old_per_token_logps); filled by the trainer
   // before its first step on the batch, when the ratio needs them.
   std::vector<std::vector<float>> old_logp;
+  // Data parallel (several ranks): the weighted rewards and group sizes of the global
+  // batch, every rank's prompts in order (the curriculum updates from them); empty on one rank.
+  std::vector<float> global_rewards;
+  std::vector<int> global_group_sizes;
   int64_t n_completion_tokens = 0;
   MetricList metrics;                   // reward/*, accuracy, completion/*, rollout/*, time/rollout, time/reward
 };
@@ -52,10 +59,15 @@ uint64_t rollout_seed_for(uint64_t seed, int64_t generation, int64_t request);
 // Adds every prompt with `params` (params.n samples each; prompt k seeded with
 // seeds[k] when seeds is non-empty), runs the engine until all are done and
 // returns the outputs ordered prompt-major, sample-minor. n_per_prompt, when
-// non-empty, gives prompt k n_per_prompt[k] samples instead of params.n.
+// non-empty, gives prompt k n_per_prompt[k] samples instead of params.n. With `svc`
+// (the loop serves its live policy, [server]) the prompts go through the service's
+// queue and share the batch with outside requests: the service runs for the call and
+// is paused (drained) again before it returns, so nothing else touches the engine
+// while the loop trains.
 Result<std::vector<RequestOutput>> engine_run_prompts(Engine& engine, const std::vector<PreparedPrompt>& prompts,
                                                       const SamplingParams& params,
                                                       const std::vector<uint64_t>& seeds,
+                                                      EngineService* svc = nullptr,
                                                       const std::vector<int>& n_per_prompt = {});
 
 // Telemetry for the reward functions from an engine output.
@@ -65,18 +77,26 @@ struct RolloutConfig {
   SamplingParams params;       // n = G; seed set per prompt
   uint64_t seed = 0;           // rollout.seed
   ScaleRewards scale = ScaleRewards::group;
+  // Data parallel: this rank's first prompt within the global batch (sampling keys
+  // stay those of a one-rank run), and the ranks, to gather rewards so that
+  // advantages and reward statistics are those of the global batch.
+  int64_t request_offset = 0;
+  Communicator* comm = nullptr;
 };
 
 // One generation batch: samples, rewards, advantages and metrics. group_sizes,
-// when non-empty, gives each prompt its own number of samples (>= 1 each).
+// when non-empty, gives each prompt its own number of samples (>= 1 each); with
+// several ranks (rc.comm) every rank's group sizes are gathered so that advantages
+// and reward statistics are those of the global batch.
 Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, const RewardComposer& rewards,
                                       std::vector<PreparedPrompt> prompts, const RolloutConfig& rc,
-                                      int64_t generation, const std::vector<int>& group_sizes = {});
+                                      int64_t generation, EngineService* svc = nullptr,
+                                      const std::vector<int>& group_sizes = {});
 
 // Greedy (or sampled) eval: "eval/accuracy" (mean task score), "eval/reward"
 // (mean weighted reward), "eval/completion_length", "eval/time".
 Result<MetricList> rollout_eval(Engine& engine, const Environment& env, const RewardComposer& rewards,
                                 const std::vector<PreparedPrompt>& prompts, const SamplingParams& params,
-                                uint64_t seed);
+                                uint64_t seed, EngineService* svc = nullptr, int64_t first_index = 0);
 
 }  // namespace grpo

@@ -1,6 +1,8 @@
 // Setup of a `grpo train` run (see loop_setup.h).
 #include "train/loop_setup.h"
 
+#include "dist/communicator.h"
+
 #include <algorithm>
 #include <filesystem>
 
@@ -150,10 +152,10 @@ std::vector<std::string> loop_plot_metrics(const MetricHistory& h) {
 // The KDE curriculum over the train split, restored from the checkpoint's state when resuming.
 static Status loop_setup_curriculum(LoopRun& r) {
   const CurriculumSection& cs = r.cfg.curriculum;
-  if (cs.type != "kde_valley") {
+  if (cs.type != CurriculumType::kde_valley) {
     if (!r.state.curriculum.is_null())
       GRPO_LOG_WARN("resume: the checkpoint carries curriculum state but curriculum.type = \"%s\"; it is dropped",
-                    cs.type.c_str());
+                    enum_name(curriculum_type_names(), cs.type));
     r.state.curriculum = nullptr;
     return ok_status();
   }
@@ -292,8 +294,11 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   if (cfg.eval.every > 0) GRPO_TRY(prepare_all(r, loop_eval_indices(cfg, *r.env, es), es, &r.eval_prompts));
   std::vector<PreparedPrompt> peek;
   DataCursor c2 = *r.cursor;
-  GRPO_TRY(prepare_all(r, c2.next(size_t(cfg.rollout.prompts_per_step)), Split::train, &peek));
-  size_t longest = 0;
+  // data.env = "remote" has no local prompts; the KV pool is sized for prompts of
+  // up to 256 tokens from the environments that sample through [server].
+  if (r.env->size(Split::train) > 0)
+    GRPO_TRY(prepare_all(r, c2.next(size_t(cfg.rollout.prompts_per_step)), Split::train, &peek));
+  size_t longest = cfg.data.env == "remote" ? 256 : 0;
   for (const auto* v : {&peek, &r.eval_prompts})
     for (const auto& p : *v) longest = std::max(longest, p.ids.size());
 
@@ -337,7 +342,7 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   std::error_code ec;
   fs::create_directories(r.out_dir, ec);
   if (ec) return error_status("output directory " + r.out_dir + ": " + ec.message());
-  GRPO_TRY(write_run_files(r, peek.empty() ? nullptr : &peek.front()));
+  if (!opt.comm || opt.comm->rank() == 0) GRPO_TRY(write_run_files(r, peek.empty() ? nullptr : &peek.front()));
 
   if (opt.console && cfg.log.progress != ProgressSetting::off) {
     ProgressOptions po;

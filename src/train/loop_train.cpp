@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/timer.h"
+#include "train/data_parallel.h"
 #include "train/train_step.h"
 
 namespace grpo {
@@ -55,6 +56,16 @@ Result<MetricList> policy_train_step(PolicyTrainer& t, RolloutBatch& batch, size
   GrpoStepOptions so;
   so.loss = t.loss;
   so.micro = micro_options(t, samples.size());
+  if (t.dp && t.dp->size() > 1) {
+    // The loss normalisers of the global batch, so that N ranks take the one-rank step.
+    std::vector<double> counts = {double(samples.size()),
+                                  grpo_count_loss_tokens(samples, t.loss.mask_truncated_completions)};
+    GRPO_TRY(t.dp->comm->all_reduce_host(counts, HostReduce::sum).with_context("loss normalisers"));
+    so.n_seqs_total = int(counts[0]);
+    if (t.loss.loss_type == LossType::dapo || t.loss.loss_type == LossType::cispo)
+      so.dapo_num_items = std::max(1.0, counts[1]);
+  }
+  so.dp = t.dp;
   if (t.ref) {
     auto ref = compute_logprobs(ctx, t.model, *t.ref, samples, so.micro);
     if (!ref.ok()) return ref.status().with_context("reference logprobs");

@@ -22,6 +22,8 @@
 
 namespace grpo {
 
+struct DataParallel;
+
 struct PolicyTrainer {
   Context* ctx = nullptr;
   ModelWeights* w = nullptr;                 // the weights the engine reads (written in place)
@@ -33,6 +35,7 @@ struct PolicyTrainer {
   int micro_batch = 8;
   int micro_tokens = 8192;  // packed tokens per micro-batch at most
   int grad_accum = 1;
+  const DataParallel* dp = nullptr;  // data-parallel ranks (train/data_parallel.h); nullptr = one rank
 };
 
 // One optimizer step over completions [begin, end) of `batch`, as TRL's

@@ -90,6 +90,11 @@ std::span<const EnumName<LogLevel>> log_level_names() {
   return n;
 }
 
+std::span<const EnumName<CurriculumType>> curriculum_type_names() {
+  static constexpr EnumName<CurriculumType> n[] = {{"none", CurriculumType::none}, {"kde_valley", CurriculumType::kde_valley}};
+  return n;
+}
+
 Status RunConfig::validate() const {
   Checker c;
   c.require(!run.output_dir.empty(), "run.output_dir", run.output_dir, "must not be empty");
@@ -103,7 +108,7 @@ Status RunConfig::validate() const {
                                  : "the CUDA backend runs bf16 or f32; set model.dtype = \"bf16\"");
   }
 
-  c.one_of("data.env", data.env, {"gsm8k", "arithmetic", "jsonl"});
+  c.one_of("data.env", data.env, {"gsm8k", "arithmetic", "jsonl", "remote"});
   c.require(data.env != "jsonl" || !data.train_path.empty(), "data.train_path", data.train_path,
             "required when data.env = \"jsonl\"");
   c.require(!data.prompt_field.empty(), "data.prompt_field", data.prompt_field, "must not be empty");
@@ -186,12 +191,15 @@ Status RunConfig::validate() const {
   c.require(!eval.early_stopping_metric.empty(), "eval.early_stopping_metric", eval.early_stopping_metric, "must not be empty");
   c.require(eval.early_stopping_min_delta >= 0, "eval.early_stopping_min_delta", eval.early_stopping_min_delta, "must be >= 0");
 
+  c.require(dist.zero_stage == 0 || dist.zero_stage == 1, "dist.zero_stage", dist.zero_stage,
+            "must be 0 (replicated optimizer) or 1 (ZeRO-1: sharded optimizer state)");
+  c.require(dist.bucket_mb > 0, "dist.bucket_mb", dist.bucket_mb, "must be > 0");
+  c.require(dist.timeout_s > 0, "dist.timeout_s", dist.timeout_s, "must be > 0 seconds");
   c.require(checkpoint.every >= 0, "checkpoint.every", checkpoint.every, "must be >= 0");
   c.require(checkpoint.keep_last >= 0, "checkpoint.keep_last", checkpoint.keep_last, "must be >= 0 (0 = keep all)");
   c.require(log.every >= 1, "log.every", log.every, "must be >= 1");
 
   const auto& cu = curriculum;
-  c.require(cu.type == "none" || cu.type == "kde_valley", "curriculum.type", cu.type, "must be \"none\" or \"kde_valley\"");
   c.require(cu.ema_init >= 0 && cu.ema_init <= 1, "curriculum.ema_init", cu.ema_init, "must be in [0, 1]");
   c.require(cu.ema_decay >= 0 && cu.ema_decay < 1, "curriculum.ema_decay", cu.ema_decay,
             "must be in [0, 1) (the weight kept on the old EMA)");
@@ -201,6 +209,39 @@ Status RunConfig::validate() const {
   c.require(cu.alpha >= 0, "curriculum.alpha", cu.alpha, "must be >= 0 (harder clusters get more rollouts)");
   c.require(cu.max_generations >= 0, "curriculum.max_generations", cu.max_generations, "must be >= 0 (0 = no cap)");
   c.require(cu.report_every >= 0, "curriculum.report_every", cu.report_every, "must be >= 0");
+  c.require(!server.host.empty(), "server.host", server.host, "must not be empty (127.0.0.1, or 0.0.0.0 for every interface)");
+  c.require(server.port >= 0 && server.port <= 65535, "server.port", server.port, "must be in [0, 65535] (0 = any free port)");
+  c.require(server.max_body_bytes >= 1024, "server.max_body_bytes", server.max_body_bytes, "must be >= 1024");
+  c.require(server.max_prompt_tokens >= 0, "server.max_prompt_tokens", server.max_prompt_tokens, "must be >= 0 (0 = the context length)");
+  c.require(server.max_tokens_limit >= 1 && server.max_tokens_limit <= (int64_t(1) << 30), "server.max_tokens_limit", server.max_tokens_limit, "must be >= 1");
+  c.require(server.max_n >= 1 && server.max_n <= 1024, "server.max_n", server.max_n, "must be in [1, 1024]");
+  c.require(server.max_queued_requests >= 1 && server.max_queued_requests <= 1000000, "server.max_queued_requests",
+            server.max_queued_requests, "must be in [1, 1000000]");
+  const RemoteSection& rm = remote;
+  c.require(rm.url.empty() || rm.url.rfind("http://", 0) == 0, "remote.url", rm.url,
+            "must start with http:// (e.g. http://127.0.0.1:8000), or be empty to host the API in this process");
+  c.require(!rm.host.empty(), "remote.host", rm.host, "must not be empty (127.0.0.1, or 0.0.0.0 for every interface)");
+  c.require(rm.port >= 0 && rm.port <= 65535, "remote.port", rm.port, "must be in [0, 65535] (0 = any free port)");
+  c.require(rm.max_queued_sequences >= 0, "remote.max_queued_sequences", rm.max_queued_sequences, "must be >= 0 (0 = 16 steps' worth)");
+  c.one_of("remote.stale", rm.stale, {"drop", "down_weight"});
+  c.finite("remote.stale_weight", rm.stale_weight);
+  c.require(rm.stale_weight > 0 && rm.stale_weight <= 1, "remote.stale_weight", rm.stale_weight, "must be in (0, 1]");
+  c.finite("remote.poll_interval", rm.poll_interval);
+  c.require(rm.poll_interval > 0 && rm.poll_interval <= 60, "remote.poll_interval", rm.poll_interval, "must be in (0, 60] seconds");
+  c.finite("remote.wait_log_every", rm.wait_log_every);
+  c.require(rm.wait_log_every > 0, "remote.wait_log_every", rm.wait_log_every, "must be > 0 seconds");
+  c.finite("remote.max_wait", rm.max_wait);
+  c.require(rm.max_wait >= 0, "remote.max_wait", rm.max_wait, "must be >= 0 seconds (0 = wait forever)");
+  if (data.env == "remote") {
+    c.require(train.num_iterations == 1, "train.num_iterations", train.num_iterations,
+              "must be 1 with data.env = \"remote\" (each posted batch feeds one optimizer step)");
+    c.require(train.steps_per_generation == 1, "train.steps_per_generation", train.steps_per_generation,
+              "must be 1 with data.env = \"remote\" (each posted batch feeds one optimizer step)");
+    c.require(eval.every == 0, "eval.every", eval.every,
+              "must be 0 with data.env = \"remote\" (there is no local dataset to evaluate on; evaluate in the environment)");
+    c.require(curriculum.type == CurriculumType::none, "curriculum.type", enum_name(curriculum_type_names(), curriculum.type),
+              "must be \"none\" with data.env = \"remote\" (the environment picks the problems and group sizes)");
+  }
   return c.status();
 }
 
@@ -285,6 +326,12 @@ Result<std::unique_ptr<Environment>> run_config_make_env(const RunConfig& cfg, c
     auto env = std::make_unique<ArithmeticEnv>(ac);
     GRPO_TRY(check_example_counts(cfg, paths, *env, nullptr, nullptr));
     return std::unique_ptr<Environment>(std::move(env));
+  }
+  if (d.env == "remote") {  // groups come from outside environments (train/loop_remote.h): no local examples
+    Dataset none_train, none_test;
+    none_train.name = "train";
+    none_test.name = "test";
+    return std::unique_ptr<Environment>(std::make_unique<NumericQaEnv>("remote", std::move(none_train), std::move(none_test)));
   }
   if (d.env == "gsm8k") {
     GRPO_ASSIGN_OR_RETURN(auto env, gsm8k_env_load({paths.train_data, paths.eval_data}, jo));

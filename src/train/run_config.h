@@ -29,6 +29,7 @@
 namespace grpo {
 
 enum class ProgressSetting { automatic, bar, plain, off };
+enum class CurriculumType { none, kde_valley };
 
 // The one name table of each enum-like config value (parsing, messages, --list-keys).
 std::span<const EnumName<ArithmeticStyle>> arithmetic_style_names();  // compact, verbose, expression
@@ -37,6 +38,7 @@ std::span<const EnumName<LrScheduleType>> lr_schedule_names();         // consta
 std::span<const EnumName<ScaleRewards>> scale_rewards_names();         // group, batch, none
 std::span<const EnumName<ProgressSetting>> progress_names();           // auto, bar, plain, off
 std::span<const EnumName<LogLevel>> log_level_names();                 // debug, info, warn, error, quiet
+std::span<const EnumName<CurriculumType>> curriculum_type_names();     // none, kde_valley
 
 struct RunSection {
   std::string output_dir = "runs/default";  // metrics, checkpoints, resolved config go here
@@ -60,7 +62,7 @@ struct ArithmeticSection {  // used when data.env = "arithmetic" (see env/arithm
 };
 
 struct DataSection {
-  std::string env = "arithmetic";  // gsm8k | arithmetic | jsonl
+  std::string env = "arithmetic";  // gsm8k | arithmetic | jsonl | remote (groups posted by outside environments: [remote])
   std::string train_path;          // jsonl: required; gsm8k: empty = data/gsm8k/train.jsonl
   std::string eval_path;           // jsonl: optional; gsm8k: empty = data/gsm8k/test.jsonl
   std::string prompt_field = "question";
@@ -149,7 +151,7 @@ struct CheckpointSection {
 
 // Rollouts per prompt from the KDE valley curriculum (train/curriculum.h, docs/curriculum.md).
 struct CurriculumSection {
-  std::string type = "none";   // none | kde_valley
+  CurriculumType type = CurriculumType::none;  // none | kde_valley
   double ema_init = 0.5;       // EMA of a problem never sampled
   double ema_decay = 0.7;      // ema <- decay * ema + (1 - decay) * reward, clipped to [0, 1]
   double bandwidth = 0.05;     // Gaussian KDE bandwidth on [0, 1]
@@ -170,6 +172,46 @@ struct LogSection {
   LogLevel level = LogLevel::info;
 };
 
+// [server]: serve the live policy over HTTP while training (docs/serve.md). Outside
+// requests share the engine with the loop's rollouts; they are admitted while the
+// loop generates and wait (queued) while it trains.
+struct ServerSection {
+  bool enabled = false;
+  std::string host = "127.0.0.1";
+  int64_t port = 8000;                    // 0 = any free port (printed)
+  std::string api_key;                    // "" = no key; note: the resolved config.toml keeps it
+  std::string served_model_name;          // "" = the model directory's name
+  int64_t max_body_bytes = int64_t(4) << 20;
+  int64_t max_prompt_tokens = 0;          // 0 = the context length
+  int64_t max_tokens_limit = 4096;
+  int64_t max_n = 16;
+  int64_t max_queued_requests = 256;
+};
+
+// [remote]: data.env = "remote" trains from scored groups that environment
+// processes post to an Atropos-compatible trajectory API (docs/environments.md).
+// Sequences per step = rollout.prompts_per_step × rollout.num_generations.
+struct RemoteSection {
+  std::string url;                     // "" = host the API here (host:port); else pull from this Atropos API server
+  std::string host = "127.0.0.1";
+  int64_t port = 8000;                 // 0 = any free port (printed)
+  int64_t max_queued_sequences = 0;    // hosted queue bound (posts beyond it get 503 + Retry-After); 0 = 16 steps' worth
+  int64_t max_staleness = -1;          // steps a group's policy_version may lag; < 0 = no limit
+  std::string stale = "drop";          // drop | down_weight (loss weight stale_weight^(lag - max_staleness))
+  double stale_weight = 0.5;
+  double poll_interval = 0.2;          // seconds between GET /batch polls while waiting
+  double wait_log_every = 30;          // seconds between "waiting for groups" lines
+  double max_wait = 0;                 // seconds without a batch before the run fails; 0 = wait forever
+  std::string wandb_group, wandb_project;  // passed on in POST /register
+};
+
+// Data-parallel runs (docs/distributed.md); the rank layout comes from the launcher.
+struct DistSection {
+  int64_t zero_stage = 0;   // 0: replicated optimizer; 1: fp32 master + AdamW moments sharded over ranks
+  double bucket_mb = 25;    // gradient all-reduce bucket (MiB of f32 gradients)
+  double timeout_s = 300;   // NCCL watchdog and rendezvous limit: a silent peer ends the run after this
+};
+
 struct RunConfig {
   RunSection run;
   ModelSection model;
@@ -185,6 +227,9 @@ struct RunConfig {
   CheckpointSection checkpoint;
   LogSection log;
   CurriculumSection curriculum;
+  ServerSection server;
+  RemoteSection remote;
+  DistSection dist;
 
   // Value checks; the message names the key and value ("train.lr = -1: must be > 0").
   Status validate() const;

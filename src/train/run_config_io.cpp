@@ -98,11 +98,24 @@ std::vector<Field> fields_of(RunConfig& c) {
       {"log.jsonl", &c.log.jsonl}, {"log.tensorboard", &c.log.tensorboard}, {"log.plot", &c.log.plot},
       {"log.plot_metrics", &c.log.plot_metrics}, {"log.every", &c.log.every}, {"log.progress", enum_ref(&c.log.progress, progress_names())},
       {"log.level", enum_ref(&c.log.level, log_level_names())},
-      {"curriculum.type", &c.curriculum.type}, {"curriculum.ema_init", &c.curriculum.ema_init},
+      {"curriculum.type", enum_ref(&c.curriculum.type, curriculum_type_names())}, {"curriculum.ema_init", &c.curriculum.ema_init},
       {"curriculum.ema_decay", &c.curriculum.ema_decay}, {"curriculum.bandwidth", &c.curriculum.bandwidth},
       {"curriculum.grid_points", &c.curriculum.grid_points}, {"curriculum.n_clusters", &c.curriculum.n_clusters},
       {"curriculum.alpha", &c.curriculum.alpha}, {"curriculum.max_generations", &c.curriculum.max_generations},
       {"curriculum.report_every", &c.curriculum.report_every},
+      {"server.enabled", &c.server.enabled}, {"server.host", &c.server.host}, {"server.port", &c.server.port},
+      {"server.api_key", &c.server.api_key}, {"server.served_model_name", &c.server.served_model_name},
+      {"server.max_body_bytes", &c.server.max_body_bytes}, {"server.max_prompt_tokens", &c.server.max_prompt_tokens},
+      {"server.max_tokens_limit", &c.server.max_tokens_limit}, {"server.max_n", &c.server.max_n},
+      {"server.max_queued_requests", &c.server.max_queued_requests},
+      {"remote.url", &c.remote.url}, {"remote.host", &c.remote.host}, {"remote.port", &c.remote.port},
+      {"remote.max_queued_sequences", &c.remote.max_queued_sequences}, {"remote.max_staleness", &c.remote.max_staleness},
+      {"remote.stale", &c.remote.stale}, {"remote.stale_weight", &c.remote.stale_weight},
+      {"remote.poll_interval", &c.remote.poll_interval}, {"remote.wait_log_every", &c.remote.wait_log_every},
+      {"remote.max_wait", &c.remote.max_wait}, {"remote.wandb_group", &c.remote.wandb_group},
+      {"remote.wandb_project", &c.remote.wandb_project},
+      {"dist.zero_stage", &c.dist.zero_stage}, {"dist.bucket_mb", &c.dist.bucket_mb},
+      {"dist.timeout_s", &c.dist.timeout_s},
   };
 }
 
@@ -223,6 +236,28 @@ Status load_table(const std::vector<Field>& fs, const toml::table& t, const std:
   return ok_status();
 }
 
+// An array of strings (a command's argv) or a table of strings (HTTP headers)
+// as JSON; nullopt for anything else.
+std::optional<nlohmann::json> strings_to_json(const toml::node& v) {
+  if (const toml::array* a = v.as_array()) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& e : *a) {
+      if (!e.is_string()) return std::nullopt;
+      j.push_back(e.as_string()->get());
+    }
+    return j;
+  }
+  if (const toml::table* t = v.as_table()) {
+    nlohmann::json j = nlohmann::json::object();
+    for (auto&& [k, e] : *t) {
+      if (!e.is_string()) return std::nullopt;
+      j[std::string(k.str())] = e.as_string()->get();
+    }
+    return j;
+  }
+  return std::nullopt;
+}
+
 Status load_rewards(const toml::node& n, const std::string& src, std::vector<RewardSpec>* out) {
   if (!n.is_array_of_tables())
     return error_status(where(src, n) + "reward must be an array of tables: write each function as a [[reward]] block");
@@ -245,7 +280,9 @@ Status load_rewards(const toml::node& n, const std::string& src, std::vector<Rew
       else if (v.is_integer()) spec.params[key] = v.as_integer()->get();
       else if (v.is_floating_point()) spec.params[key] = v.as_floating_point()->get();
       else if (v.is_string()) spec.params[key] = v.as_string()->get();
-      else return error_status(at + "." + key + " = " + node_text(v) + ": expected a number, boolean or string");
+      else if (auto j = strings_to_json(v)) spec.params[key] = std::move(*j);
+      else return error_status(at + "." + key + " = " + node_text(v) +
+                               ": expected a number, boolean, string, array of strings or table of strings");
     }
     if (!named) return error_status(at + ": missing key 'name' (e.g. name = \"correct\")");
     auto fn = reward_make(spec);
@@ -289,7 +326,13 @@ Status set_reward(RunConfig* cfg, const std::string& key, const std::string& val
   for (const auto& p : info->params) {
     if (p.name != param) continue;
     if (p.type == RewardParamType::string) spec->params[param] = (n && n->is_string()) ? n->as_string()->get() : val;
-    else if (n && n->is_boolean()) spec->params[param] = n->as_boolean()->get();
+    else if (p.type == RewardParamType::string_list || p.type == RewardParamType::string_table) {
+      auto j = n ? strings_to_json(*n) : std::nullopt;
+      if (!j) return error_status(what + ": value '" + val + "' is not a TOML " +
+                                  (p.type == RewardParamType::string_list ? "array of strings, e.g. [\"python3\", \"r.py\"]"
+                                                                         : "inline table of strings, e.g. {X-Key = \"v\"}"));
+      spec->params[param] = std::move(*j);
+    } else if (n && n->is_boolean()) spec->params[param] = n->as_boolean()->get();
     else if (n && n->is_integer()) spec->params[param] = n->as_integer()->get();
     else if (n && n->is_floating_point()) spec->params[param] = n->as_floating_point()->get();
     else return error_status(what + ": value '" + val + "' is not a number or boolean");
@@ -308,6 +351,11 @@ std::string toml_value(const json& v) {
     std::string s = "[";
     for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + toml_value(v[i]);
     return s + "]";
+  }
+  if (v.is_object()) {
+    std::string s = "{";
+    for (auto it = v.begin(); it != v.end(); ++it) s += std::string(it == v.begin() ? " " : ", ") + json(it.key()).dump() + " = " + toml_value(*it);
+    return s + (v.empty() ? "}" : " }");
   }
   if (v.is_number_float()) {
     char buf[64];

@@ -96,4 +96,9 @@ TEST(GrpoLoopCurriculum, BadConfigNamesTheKey) {
   auto d = run_config_parse(tiny_config_toml(tiny_model_dir(), 2), "t.toml", {"curriculum.ema_decay=1.0"});
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.status().message().find("curriculum.ema_decay"), std::string::npos) << d.status().message();
+  // A remote environment picks its own problems and group sizes.
+  auto e = run_config_parse(tiny_config_toml(tiny_model_dir(), 2), "t.toml",
+                            {"data.env=remote", "eval.every=0", "curriculum.type=kde_valley"});
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("curriculum.type"), std::string::npos) << e.status().message();
 }
