@@ -179,6 +179,7 @@ std::vector<RequestOutput> Engine::step(std::vector<TokenEvent>* events) {
   std::vector<RowSampling> rows;
   for (const auto& ss : out.seqs) {
     if (ss.seq->t_first_scheduled < 0) ss.seq->t_first_scheduled = now;
+    ++ss.seq->n_engine_steps;
     if (ss.sample) rows.push_back(row_sampling(*ss.seq));
   }
   std::vector<SampledRow> sampled;
@@ -292,6 +293,7 @@ RequestOutput Engine::finish_output(Sequence& s, FinishReason reason, double now
   tm.prefix_hit_tokens = s.prefix_hit_tokens;
   tm.n_preemptions = s.n_preemptions;
   tm.peak_kv_bytes = size_t(s.peak_blocks) * runner_->kv_bytes_per_block();
+  tm.engine_steps = s.n_engine_steps;
   seqs_.erase(s.seq_id);  // s is dangling from here
   return o;
 }

@@ -49,6 +49,16 @@ struct RequestTelemetry {
   int prefix_hit_tokens = 0;  // prompt tokens served by the prefix cache at admission
   int n_preemptions = 0;
   size_t peak_kv_bytes = 0;   // most KV bytes referenced at once (shared blocks included)
+  // Speculative decoding: draft tokens proposed for / accepted by the target over the
+  // request's life, and accepted counts by draft position (index 0 = first drafted
+  // token). All 0 / empty when nothing drafted.
+  int spec_proposed = 0;
+  int spec_accepted = 0;
+  std::vector<int> spec_accepted_by_pos;
+  // Engine steps that scheduled this request (prefill chunks included; a preempted
+  // request's recompute counts again). Deterministic for a given batch: a reproducible
+  // latency proxy for inference-aware rewards.
+  int engine_steps = 0;
 };
 
 struct RequestOutput {

@@ -54,6 +54,7 @@ struct Sequence {
   std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;
   std::string text;                     // detokenized completion (stop strings cut)
   size_t text_checked = 0;              // bytes of text already scanned for stop strings
+  int n_engine_steps = 0;               // engine steps that scheduled this sequence (prefill chunks and decodes)
   size_t text_emitted = 0;              // bytes of text already reported in TokenEvents
   double t_arrival = 0, t_first_scheduled = -1, t_first_token = -1, t_finished = -1;
 

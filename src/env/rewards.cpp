@@ -100,17 +100,33 @@ class InferenceAwareReward : public RewardFunction {
  public:
   InferenceAwareReward(std::string n, double w, const json& p)
       : RewardFunction(std::move(n), w), a_(p["alpha_latency"]), b_(p["beta_tokens"]), g_(p["gamma_kv_mb"]),
-        d_(p["delta_accept"]), e_(p["epsilon_reuse"]) {}
-  float compute(std::string_view, std::string_view c, const Example& ex, const Telemetry& t) const override {
-    double task = gsm8k_is_correct(c, ex.answer) ? 1.0 : 0.0;
-    double kv_mib = static_cast<double>(t.kv_peak_bytes) / (1024.0 * 1024.0);
-    double reuse = t.prompt_tokens > 0 ? static_cast<double>(t.prefix_hit_tokens) / static_cast<double>(t.prompt_tokens) : 0.0;
-    return static_cast<float>(task - a_ * t.latency_s - b_ * static_cast<double>(t.n_tokens) - g_ * kv_mib +
-                              d_ * t.spec_accept_rate + e_ * reuse);
+        d_(p["delta_accept"]), e_(p["epsilon_reuse"]), wall_(p["latency"] == "wall"), step_s_(p["latency_step_s"]),
+        prefill_s_(p["latency_prefill_token_s"]) {}
+  const std::vector<std::string>& term_names() const override {
+    static const std::vector<std::string> names = {"task", "latency", "tokens", "kv_mb", "accept", "reuse"};
+    return names;
+  }
+  float compute(std::string_view p, std::string_view c, const Example& ex, const Telemetry& t) const override {
+    double terms[6];
+    return compute_terms(p, c, ex, t, terms);
+  }
+  float compute_terms(std::string_view, std::string_view c, const Example& ex, const Telemetry& t,
+                      double* terms) const override {
+    const double task = gsm8k_is_correct(c, ex.answer) ? 1.0 : 0.0;
+    const double prefilled = double(std::max<int64_t>(0, t.prompt_tokens - t.prefix_hit_tokens));
+    const double latency = wall_ ? t.latency_s : step_s_ * double(t.engine_steps) + prefill_s_ * prefilled;
+    const double tokens = double(t.n_tokens);
+    const double kv_mib = double(t.kv_peak_bytes) / (1024.0 * 1024.0);
+    const double accept = t.spec_proposed > 0 ? double(t.spec_accepted) / double(t.spec_proposed) : 0.0;
+    const double reuse = t.prompt_tokens > 0 ? double(t.prefix_hit_tokens) / double(t.prompt_tokens) : 0.0;
+    terms[0] = task, terms[1] = latency, terms[2] = tokens, terms[3] = kv_mib, terms[4] = accept, terms[5] = reuse;
+    return static_cast<float>(task - a_ * latency - b_ * tokens - g_ * kv_mib + d_ * accept + e_ * reuse);
   }
 
  private:
   double a_, b_, g_, d_, e_;
+  bool wall_;
+  double step_s_, prefill_s_;
 };
 
 bool type_ok(const json& v, RewardParamType t) {
@@ -151,6 +167,10 @@ Status check_ranges(const std::string& fn, const json& p) {
     return error_status("reward '" + fn + "': " + key + " = " + p[key].dump() + ": " + why);
   };
   if (p.contains("unit") && p["unit"] != "tokens" && p["unit"] != "chars") return bad("unit", "must be \"tokens\" or \"chars\"");
+  if (p.contains("latency") && p["latency"] != "modelled" && p["latency"] != "wall")
+    return bad("latency", "must be \"modelled\" (engine steps x a cost model, reproducible) or \"wall\" (measured seconds)");
+  for (const char* k : {"latency_step_s", "latency_prefill_token_s"})
+    if (p.contains(k) && p[k].get<double>() < 0) return bad(k, "must be >= 0 (seconds)");
   if (fn == "length_linear") {
     if (p["target"].get<double>() < 0) return bad("target", "must be >= 0");
     if (p["scale"].get<double>() <= 0) return bad("scale", "must be > 0");
@@ -167,6 +187,11 @@ Status check_ranges(const std::string& fn, const json& p) {
 
 }  // namespace
 
+const std::vector<std::string>& RewardFunction::term_names() const {
+  static const std::vector<std::string> none;
+  return none;
+}
+
 const std::vector<RewardInfo>& reward_catalog() {
   using T = RewardParamType;
   static const std::vector<RewardInfo> cat = {
@@ -176,7 +201,9 @@ const std::vector<RewardInfo>& reward_catalog() {
       {"length_linear", {{"target", T::number, 256}, {"scale", T::number, 256}, {"max_penalty", T::number, 1.0}, {"unit", T::string, "tokens"}}},
       {"length_overlong", {{"max_len", T::integer, 1024}, {"cache_len", T::integer, 256}, {"unit", T::string, "tokens"}}},
       {"inference_aware", {{"alpha_latency", T::number, 0.01}, {"beta_tokens", T::number, 0.0}, {"gamma_kv_mb", T::number, 0.0},
-                           {"delta_accept", T::number, 0.0}, {"epsilon_reuse", T::number, 0.0}}},
+                           {"delta_accept", T::number, 0.0}, {"epsilon_reuse", T::number, 0.0},
+                           {"latency", T::string, "modelled"}, {"latency_step_s", T::number, 0.02},
+                           {"latency_prefill_token_s", T::number, 0.0001}}},
       {"http", {{"url", T::string, ""}, {"mode", T::string, "batch"}, {"batch_size", T::integer, 16},
                 {"max_concurrency", T::integer, 4}, {"timeout", T::number, 30.0}, {"retries", T::integer, 2},
                 {"backoff", T::number, 0.5}, {"headers", T::string_table, json::object()},
@@ -286,6 +313,7 @@ Result<RewardComposer> RewardComposer::make(const std::vector<RewardSpec>& specs
       label += '_';
       label += std::to_string(repeat);
     }
+    for (const auto& t : fn->term_names()) c.term_labels_.push_back(label + "/" + t);
     GRPO_TRY(fn->start());
     c.labels_.push_back(label);
     c.fns_.push_back(std::move(fn));
@@ -304,8 +332,11 @@ RewardValues RewardComposer::compute(std::string_view prompt, std::string_view c
   GRPO_CHECK_MSG(!has_remote(), "remote rewards are scored through RewardComposer::compute_batch");
   RewardValues r;
   r.values.reserve(fns_.size());
+  r.terms.resize(term_labels_.size());
+  size_t k = 0;
   for (const auto& f : fns_) {
-    float v = f->compute(prompt, completion, ex, tel);
+    float v = f->compute_terms(prompt, completion, ex, tel, r.terms.data() + k);
+    k += f->term_names().size();
     r.values.push_back(v);
     r.total += f->weight() * static_cast<double>(v);
   }
@@ -319,9 +350,21 @@ Result<RewardBatchResult> RewardComposer::compute_batch(const std::vector<Reward
   RewardBatchResult r;
   r.n_failed.assign(F, 0);
   r.seconds.assign(F, 0.0);
+  // Sub-terms of function f, input i: terms[f][i * n_terms(f) + t] (local functions only).
+  std::vector<std::vector<double>> terms(F);
   auto run = [&](size_t f) {
     const double t0 = now_seconds();
-    status[f] = fns_[f]->compute_batch(in, &scores[f], &r.n_failed[f]);
+    const size_t nt = fns_[f]->term_names().size();
+    if (nt > 0) {
+      GRPO_CHECK_MSG(!fns_[f]->is_remote(), "a remote reward function cannot report sub-terms");
+      scores[f].resize(in.size());
+      terms[f].resize(in.size() * nt);
+      for (size_t i = 0; i < in.size(); ++i)
+        scores[f][i] = fns_[f]->compute_terms(in[i].prompt, in[i].completion, *in[i].example, *in[i].telemetry,
+                                              terms[f].data() + i * nt);
+    } else {
+      status[f] = fns_[f]->compute_batch(in, &scores[f], &r.n_failed[f]);
+    }
     r.seconds[f] = now_seconds() - t0;
   };
   std::vector<std::thread> remote;
@@ -338,9 +381,12 @@ Result<RewardBatchResult> RewardComposer::compute_batch(const std::vector<Reward
   for (size_t i = 0; i < in.size(); ++i) {
     RewardValues& v = r.values[i];
     v.values.resize(F);
+    v.terms.reserve(term_labels_.size());
     for (size_t f = 0; f < F; ++f) {
       v.values[f] = scores[f][i];
       v.total += fns_[f]->weight() * double(scores[f][i]);
+      const size_t nt = fns_[f]->term_names().size();
+      v.terms.insert(v.terms.end(), terms[f].begin() + long(i * nt), terms[f].begin() + long((i + 1) * nt));
     }
   }
   return r;
@@ -359,6 +405,11 @@ std::vector<std::pair<std::string, double>> RewardComposer::summarize(const std:
     double m = 0;
     for (const auto& r : batch) m += r.values[i];
     out.push_back({"rewards/" + labels_[i] + "/mean", m / n});
+  }
+  for (size_t k = 0; k < term_labels_.size(); ++k) {
+    double m = 0;
+    for (const auto& r : batch) m += r.terms[k];
+    out.push_back({"rewards/" + term_labels_[k], m / n});
   }
   return out;
 }

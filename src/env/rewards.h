@@ -23,11 +23,21 @@
 //       0 for n <= L_max - L_c; ((L_max - L_c) - n) / L_c up to n = L_max
 //       (linear from 0 to -1); -1 beyond L_max.
 //   inference_aware: alpha_latency=0.01, beta_tokens=0, gamma_kv_mb=0,
-//       delta_accept=0, epsilon_reuse=0.
-//       task - alpha*latency_s - beta*n_tokens - gamma*KV_MiB
-//            + delta*spec_accept_rate + epsilon*(prefix_hit_tokens/prompt_tokens),
-//       task = correct (0/1), KV_MiB = kv_peak_bytes / 2^20, the reuse ratio is 0
-//       when prompt_tokens is 0.
+//       delta_accept=0, epsilon_reuse=0, latency="modelled",
+//       latency_step_s=0.02, latency_prefill_token_s=0.0001.
+//       task - alpha*latency - beta*n_tokens - gamma*KV_MiB
+//            + delta*accept + epsilon*reuse, with
+//       task = correct (0/1); KV_MiB = kv_peak_bytes / 2^20;
+//       accept = spec_accepted / spec_proposed, 0 when nothing was drafted
+//         (so delta only pays where a draft ran);
+//       reuse = prefix_hit_tokens / prompt_tokens, 0 when prompt_tokens is 0;
+//       latency (seconds): "modelled" = latency_step_s * engine_steps
+//         + latency_prefill_token_s * (prompt_tokens - prefix_hit_tokens),
+//         a pure function of the request's telemetry (same rollouts, same
+//         reward; speculative decoding lowers engine_steps per token);
+//         "wall" = the measured admitted -> finished time (not reproducible).
+//       Terms (unweighted, logged as reward/<label>/<term>): task, latency,
+//       tokens, kv_mb, accept, reuse.
 // "unit" is "tokens" (Telemetry::n_tokens, which the caller must fill) or
 // "chars" (bytes of the completion text).
 //
@@ -96,6 +106,14 @@ class RewardFunction {
   // which can report their errors).
   virtual float compute(std::string_view prompt, std::string_view completion, const Example& ex,
                         const Telemetry& tel) const = 0;
+  // Sub-terms a composite function reports next to its value; empty for most.
+  virtual const std::vector<std::string>& term_names() const;
+  // compute(), also writing term_names().size() unweighted term values to `terms`.
+  virtual float compute_terms(std::string_view prompt, std::string_view completion, const Example& ex,
+                              const Telemetry& tel, double* terms) const {
+    (void)terms;
+    return compute(prompt, completion, ex, tel);
+  }
   // Scores every input into (*out)[i]. A remote function configured with
   // on_failure = "zero" scores what it could not get 0 and adds the count to
   // *n_failed; with "error" it returns a status naming the function and the
@@ -122,6 +140,7 @@ Result<std::unique_ptr<RewardFunction>> reward_make(const RewardSpec& spec);
 struct RewardValues {
   double total = 0;           // sum_i weight_i * values[i]
   std::vector<float> values;  // unweighted, in composer order
+  std::vector<double> terms;  // every function's sub-terms, in composer order (RewardComposer::term_label)
 };
 
 // What compute_batch returns: values[i] for input i, and per function (composer
@@ -139,6 +158,9 @@ class RewardComposer {
   // Logging label of function i: its name, or "name_2", "name_3" for repeats.
   const std::string& label(size_t i) const { return labels_[i]; }
   const RewardFunction& function(size_t i) const { return *fns_[i]; }
+  // Sub-terms over all functions: RewardValues::terms[k] is "<label>/<term>".
+  size_t n_terms() const { return term_labels_.size(); }
+  const std::string& term_label(size_t k) const { return term_labels_[k]; }
   bool has_remote() const;
   // One completion through local functions only (aborts if a remote one is configured).
   RewardValues compute(std::string_view prompt, std::string_view completion, const Example& ex,
@@ -154,6 +176,7 @@ class RewardComposer {
  private:
   std::vector<std::unique_ptr<RewardFunction>> fns_;
   std::vector<std::string> labels_;
+  std::vector<std::string> term_labels_;
 };
 
 // Format checks used by the format rewards (exposed for tests).

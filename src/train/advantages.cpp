@@ -62,4 +62,41 @@ Result<std::vector<float>> compute_advantages(const std::vector<float>& rewards,
   return adv;
 }
 
+Result<std::vector<float>> compute_advantages_grouped(const std::vector<float>& rewards,
+                                                      const std::vector<int>& group_sizes, ScaleRewards scale,
+                                                      AdvantageStats* stats) {
+  size_t total = 0;
+  for (size_t k = 0; k < group_sizes.size(); ++k) {
+    if (group_sizes[k] < 1)
+      return error_status("compute_advantages: group " + std::to_string(k) + " has size " +
+                          std::to_string(group_sizes[k]) + "; every group needs >= 1 reward");
+    total += size_t(group_sizes[k]);
+  }
+  if (rewards.empty() || total != rewards.size())
+    return error_status("compute_advantages: the group sizes add up to " + std::to_string(total) + " but there are " +
+                        std::to_string(rewards.size()) + " rewards");
+  for (size_t i = 0; i < rewards.size(); ++i)
+    if (!std::isfinite(rewards[i]))
+      return error_status("compute_advantages: reward " + std::to_string(i) + " is not finite");
+  double bmean, bstd;
+  mean_std(rewards, 0, rewards.size(), &bmean, &bstd);
+  std::vector<float> adv(rewards.size());
+  size_t n_zero = 0, g0 = 0;
+  for (int gs : group_sizes) {
+    const size_t g1 = g0 + size_t(gs);
+    double gmean, gstd;
+    mean_std(rewards, g0, g1, &gmean, &gstd);
+    if (std::fabs(gstd) < 1e-8) ++n_zero;
+    const double div = scale == ScaleRewards::group ? gstd + 1e-4 : scale == ScaleRewards::batch ? bstd + 1e-4 : 1.0;
+    for (size_t i = g0; i < g1; ++i) adv[i] = float((rewards[i] - gmean) / div);
+    g0 = g1;
+  }
+  if (stats) {
+    stats->reward_mean = bmean;
+    stats->reward_std = bstd;
+    stats->frac_zero_std = double(n_zero) / double(group_sizes.size());
+  }
+  return adv;
+}
+
 }  // namespace grpo

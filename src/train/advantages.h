@@ -30,4 +30,11 @@ struct AdvantageStats {
 Result<std::vector<float>> compute_advantages(const std::vector<float>& rewards, int group_size,
                                               ScaleRewards scale, AdvantageStats* stats = nullptr);
 
+// Groups of unequal size (a curriculum gives prompts different G): group k is
+// the next group_sizes[k] rewards. Same formulas; uniform sizes give results
+// identical to compute_advantages.
+Result<std::vector<float>> compute_advantages_grouped(const std::vector<float>& rewards,
+                                                      const std::vector<int>& group_sizes, ScaleRewards scale,
+                                                      AdvantageStats* stats = nullptr);
+
 }  // namespace grpo

@@ -77,6 +77,7 @@ nlohmann::ordered_json trainer_state_to_json(const TrainerState& s) {
                          {"stopped", s.stopped_early}};
   j["scheduler"] = {{"type", s.lr_schedule}, {"lr", s.lr}, {"warmup_steps", s.warmup_steps},
                     {"total_steps", s.total_steps}, {"last_lr", s.last_lr}};
+  if (!s.curriculum.is_null()) j["curriculum"] = s.curriculum;
   return j;
 }
 
@@ -105,6 +106,7 @@ Result<TrainerState> trainer_state_from_json(const json& j, const std::string& s
   GRPO_TRY(get_field(*sc, "warmup_steps", src, &s.warmup_steps));
   GRPO_TRY(get_field(*sc, "total_steps", src, &s.total_steps));
   GRPO_TRY(get_field(*sc, "last_lr", src, &s.last_lr));
+  if (j.contains("curriculum")) s.curriculum = j["curriculum"];
   if (s.step < 0 || s.generation < 0 || s.data_epoch < 0 || s.data_index < 0)
     return error_status(src + ": negative counters; the file is corrupt");
   return s;

@@ -49,6 +49,8 @@ struct TrainerState {
   int64_t warmup_steps = 0, total_steps = 0;
   double last_lr = 0;
   bool mid_generation = false;  // saved between the optimizer steps of one generation batch
+  // Curriculum state (KdeCurriculum::to_json); null when no curriculum runs.
+  nlohmann::json curriculum;
 };
 
 nlohmann::ordered_json trainer_state_to_json(const TrainerState& s);

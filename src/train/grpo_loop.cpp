@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "model/safetensors.h"
+#include "train/loop_curriculum.h"
 #include "train/loop_remote.h"
 #include "dist/communicator.h"
 #include "train/data_parallel.h"
@@ -203,6 +204,7 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     st.mid_generation = mid_generation;
     st.data_epoch = r.cursor->epoch();
     st.data_index = r.cursor->index();
+    st.curriculum = r.curriculum ? r.curriculum->to_json() : nlohmann::json();
     st.last_lr = lr_at(r.trainer.sched, std::max<int64_t>(0, r.trainer.opt.step - 1));
     // ZeRO-1: the checkpoint holds the full optimizer state, so a resume may use any number of ranks.
     std::optional<Optimizer> full;
@@ -258,18 +260,26 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     if (!batch) {
       std::vector<PreparedPrompt> prompts;
       const std::vector<size_t> global = r.cursor->next(size_t(cfg.rollout.prompts_per_step));
-      for (size_t i : std::vector<size_t>(global.begin() + long(prompt_split[size_t(rank)]),
-                                          global.begin() + long(prompt_split[size_t(rank) + 1]))) {
+      const size_t mine_begin = size_t(prompt_split[size_t(rank)]), mine_end = size_t(prompt_split[size_t(rank) + 1]);
+      for (size_t i : std::vector<size_t>(global.begin() + long(mine_begin), global.begin() + long(mine_end))) {
         auto p = prompt_prepare(r.format, *r.tok, r.env->example(Split::train, i));
         if (!p.ok()) return p.status();
         prompts.push_back(std::move(p).value());
       }
+      // The curriculum sizes every prompt of the global batch (its state is the same on every rank).
+      std::vector<int> gs;
+      if (r.curriculum) {
+        const std::vector<int> all = curriculum_group_sizes(*r.curriculum, global);
+        gs.assign(all.begin() + long(mine_begin), all.begin() + long(mine_end));
+      }
       auto b = rollout_generate(*r.engine, *r.env, *r.rewards, std::move(prompts), r.rollout_cfg, st.generation,
-                                svc.get());
+                                svc.get(), gs);
       if (!b.ok()) return b.status().with_context("rollout of generation " + std::to_string(st.generation));
       ++st.generation;
       batch = std::move(b).value();
       batch_pos = 0;
+      if (r.curriculum)
+        batch->metrics = concat(std::move(batch->metrics), curriculum_after_rollout(*r.curriculum, global, *batch));
       rec = batch->metrics;
       rec.emplace_back("tokens/generated", double(batch->n_completion_tokens));
     } else {
@@ -318,6 +328,8 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     if (st.step < cfg.train.steps && stop_requested()) break;
 
     if (cfg.eval.every > 0 && (st.step % cfg.eval.every == 0 || st.step == cfg.train.steps)) GRPO_TRY(do_eval(st.step));
+    if (r.curriculum && lead && cfg.curriculum.report_every > 0 && st.step % cfg.curriculum.report_every == 0)
+      GRPO_TRY(curriculum_write_report(*r.curriculum, r.out_dir, st.step));
     if (cfg.checkpoint.every > 0 && st.step % cfg.checkpoint.every == 0) ckpt_due = true;
     const bool last = st.step == cfg.train.steps || st.stopped_early;
     if (ckpt_due && !batch && !last) {
@@ -341,8 +353,10 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
   } else if (cfg.checkpoint.save_final || ckpt_due) {
     GRPO_TRY(save(batch.has_value()));
   }
+  if (r.curriculum && lead) GRPO_TRY(curriculum_write_report(*r.curriculum, r.out_dir, st.step));
   if (cfg.log.plot && lead) {
     PlotOptions po;
+    if (r.curriculum) po.curriculum_report = r.curriculum->report(st.step);
     po.title = cfg.run.name.empty() ? fs::path(r.out_dir).filename().string() : cfg.run.name;
     po.metrics = cfg.log.plot_metrics.empty() ? loop_plot_metrics(writers.history()) : cfg.log.plot_metrics;
     GRPO_TRY(plot_write_html((fs::path(r.out_dir) / "plot.html").string(), writers.history(), po));

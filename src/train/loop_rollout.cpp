@@ -18,30 +18,35 @@ uint64_t rollout_seed_for(uint64_t seed, int64_t generation, int64_t request) {
 
 Result<std::vector<RequestOutput>> engine_run_prompts(Engine& engine, const std::vector<PreparedPrompt>& prompts,
                                                       const SamplingParams& params,
-                                                      const std::vector<uint64_t>& seeds, EngineService* svc) {
+                                                      const std::vector<uint64_t>& seeds, EngineService* svc,
+                                                      const std::vector<int>& n_per_prompt) {
   GRPO_CHECK(seeds.empty() || seeds.size() == prompts.size());
+  GRPO_CHECK(n_per_prompt.empty() || n_per_prompt.size() == prompts.size());
   if (svc) {
     std::vector<std::vector<int32_t>> ids;
     std::vector<SamplingParams> ps(prompts.size(), params);
     for (size_t i = 0; i < prompts.size(); ++i) {
       ids.push_back(prompts[i].ids);
       if (!seeds.empty()) ps[i].seed = seeds[i];
+      if (!n_per_prompt.empty()) ps[i].n = n_per_prompt[i];
     }
     svc->resume();
     auto out = svc->generate(ids, ps);
     svc->pause_and_drain();
     return out;
   }
-  const size_t n = size_t(params.n);
-  std::vector<RequestOutput> result(prompts.size() * n);
   std::map<int64_t, size_t> first;  // request id -> index of its sample 0
   SamplingParams p = params;
+  size_t total = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     if (!seeds.empty()) p.seed = seeds[i];
+    if (!n_per_prompt.empty()) p.n = n_per_prompt[i];
     auto rid = engine.add_request(prompts[i].ids, p);
     if (!rid.ok()) return rid.status().with_context("prompt of example " + prompts[i].example.id);
-    first[rid.value()] = i * n;
+    first[rid.value()] = total;
+    total += size_t(p.n);
   }
+  std::vector<RequestOutput> result(total);
   size_t left = result.size();
   while (left > 0) {
     GRPO_CHECK_MSG(engine.has_unfinished(), "engine lost track of a request");
@@ -64,46 +69,59 @@ Telemetry telemetry_of(const RequestOutput& o) {
   t.prefix_hit_tokens = o.telemetry.prefix_hit_tokens;
   t.prompt_tokens = o.telemetry.prompt_tokens;
   t.truncated = o.finish_reason == FinishReason::length;
+  t.spec_proposed = o.telemetry.spec_proposed;
+  t.spec_accepted = o.telemetry.spec_accepted;
+  t.spec_accept_rate = t.spec_proposed > 0 ? double(t.spec_accepted) / double(t.spec_proposed) : 0.0;
+  t.engine_steps = o.telemetry.engine_steps;
   return t;
 }
 
 Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, const RewardComposer& rewards,
                                       std::vector<PreparedPrompt> prompts, const RolloutConfig& rc,
-                                      int64_t generation, EngineService* svc) {
+                                      int64_t generation, EngineService* svc, const std::vector<int>& group_sizes) {
   RolloutBatch b;
   b.group_size = rc.params.n;
   b.prompts = std::move(prompts);
+  GRPO_CHECK(group_sizes.empty() || group_sizes.size() == b.prompts.size());
+  b.group_sizes = group_sizes.empty() ? std::vector<int>(b.prompts.size(), b.group_size) : group_sizes;
   std::vector<uint64_t> seeds(b.prompts.size());
   for (size_t k = 0; k < seeds.size(); ++k) seeds[k] = rollout_seed_for(rc.seed, generation, rc.request_offset + int64_t(k));
 
   const double t0 = now_seconds();
-  GRPO_ASSIGN_OR_RETURN(std::vector<RequestOutput> outs, engine_run_prompts(engine, b.prompts, rc.params, seeds, svc));
+  GRPO_ASSIGN_OR_RETURN(std::vector<RequestOutput> outs,
+                        engine_run_prompts(engine, b.prompts, rc.params, seeds, svc, b.group_sizes));
   const double t1 = now_seconds();
 
-  const size_t G = size_t(b.group_size), N = outs.size();
+  const size_t N = outs.size();
+  std::vector<size_t> prompt_of(N);
+  for (size_t k = 0, i = 0; k < b.group_sizes.size(); ++k)
+    for (int j = 0; j < b.group_sizes[k]; ++j) prompt_of[i++] = k;
   b.completions.resize(N);
   std::vector<float> totals(N);
-  std::vector<double> fn_sum(rewards.size(), 0.0);
+  std::vector<double> fn_sum(rewards.size(), 0.0), term_sum(rewards.n_terms(), 0.0);
   double score_sum = 0, len_sum = 0, len_max = 0, n_trunc = 0, prefix_hits = 0, prompt_toks = 0;
+  double spec_proposed = 0, spec_accepted = 0, engine_steps = 0;
   std::vector<Telemetry> tels(N);
   std::vector<RewardInput> inputs(N);
   for (size_t i = 0; i < N; ++i) {
     b.completions[i].out = std::move(outs[i]);
-    const PreparedPrompt& pp = b.prompts[i / G];
+    const PreparedPrompt& pp = b.prompts[prompt_of[i]];
     tels[i] = telemetry_of(b.completions[i].out);
     inputs[i] = {pp.text, b.completions[i].out.text, &pp.example, &tels[i]};
   }
   GRPO_ASSIGN_OR_RETURN(RewardBatchResult scored, rewards.compute_batch(inputs));
   for (size_t i = 0; i < N; ++i) {
     Completion& c = b.completions[i];
-    const PreparedPrompt& pp = b.prompts[i / G];
-    c.truncated = tels[i].truncated;
+    const PreparedPrompt& pp = b.prompts[prompt_of[i]];
+    const Telemetry& tel = tels[i];
+    c.truncated = tel.truncated;
     RewardValues& rv = scored.values[i];
     c.reward = float(rv.total);
     c.reward_values = std::move(rv.values);
     c.score = env.score(pp.example, c.out.text);
     totals[i] = c.reward;
     for (size_t f = 0; f < fn_sum.size(); ++f) fn_sum[f] += c.reward_values[f];
+    for (size_t k = 0; k < term_sum.size(); ++k) term_sum[k] += rv.terms[k];
     score_sum += c.score;
     const double len = double(c.out.completion_ids.size());
     len_sum += len;
@@ -111,19 +129,29 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
     n_trunc += c.truncated ? 1 : 0;
     prefix_hits += c.out.telemetry.prefix_hit_tokens;
     prompt_toks += c.out.telemetry.prompt_tokens;
+    spec_proposed += tel.spec_proposed;
+    spec_accepted += tel.spec_accepted;
+    engine_steps += double(tel.engine_steps);
     b.n_completion_tokens += int64_t(len);
   }
   AdvantageStats st;
   if (rc.comm && rc.comm->size() > 1) {
     // Groups never straddle ranks, but "batch" scaling and the reward statistics
-    // are over the global batch: compute them from every rank's rewards.
+    // are over the global batch: compute them from every rank's rewards (and group
+    // sizes, which a curriculum sets per prompt).
     GRPO_ASSIGN_OR_RETURN(std::vector<float> all, rc.comm->all_gather_host(totals));
-    GRPO_ASSIGN_OR_RETURN(std::vector<float> adv, compute_advantages(all, b.group_size, rc.scale, &st));
-    const size_t first = size_t(rc.request_offset) * G;
+    const std::vector<float> mine_gs(b.group_sizes.begin(), b.group_sizes.end());
+    GRPO_ASSIGN_OR_RETURN(std::vector<float> all_gs, rc.comm->all_gather_host(mine_gs));
+    b.global_group_sizes.assign(all_gs.begin(), all_gs.end());
+    GRPO_ASSIGN_OR_RETURN(std::vector<float> adv, compute_advantages_grouped(all, b.global_group_sizes, rc.scale, &st));
+    GRPO_CHECK(rc.request_offset >= 0 && size_t(rc.request_offset) <= b.global_group_sizes.size());
+    size_t first = 0;
+    for (int64_t k = 0; k < rc.request_offset; ++k) first += size_t(b.global_group_sizes[size_t(k)]);
     GRPO_CHECK(first + N <= adv.size());
     b.advantages.assign(adv.begin() + long(first), adv.begin() + long(first + N));
+    b.global_rewards = std::move(all);
   } else {
-    GRPO_ASSIGN_OR_RETURN(b.advantages, compute_advantages(totals, b.group_size, rc.scale, &st));
+    GRPO_ASSIGN_OR_RETURN(b.advantages, compute_advantages_grouped(totals, b.group_sizes, rc.scale, &st));
   }
   const double t2 = now_seconds();
 
@@ -132,6 +160,7 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
   m.emplace_back("reward/mean", st.reward_mean);
   m.emplace_back("reward/std", st.reward_std);
   for (size_t f = 0; f < fn_sum.size(); ++f) m.emplace_back("reward/" + rewards.label(f) + "/mean", fn_sum[f] / dn);
+  for (size_t k = 0; k < term_sum.size(); ++k) m.emplace_back("reward/" + rewards.term_label(k), term_sum[k] / dn);
   for (size_t f = 0; f < fn_sum.size(); ++f)
     if (rewards.function(f).is_remote()) {
       m.emplace_back("reward/" + rewards.label(f) + "/failed", double(scored.n_failed[f]));
@@ -148,6 +177,9 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
   // Prompt tokens the prefix cache served, summed over the batch's samples (engine telemetry).
   m.emplace_back("rollout/prefix_hit_tokens", prefix_hits);
   m.emplace_back("rollout/prefix_hit_frac", prompt_toks > 0 ? prefix_hits / prompt_toks : 0.0);
+  // Speculative decoding over the batch: accepted / proposed draft tokens (0 when nothing drafted).
+  m.emplace_back("rollout/spec_accept_rate", spec_proposed > 0 ? spec_accepted / spec_proposed : 0.0);
+  m.emplace_back("rollout/engine_steps_mean", engine_steps / dn);
   return b;
 }
 

@@ -36,13 +36,20 @@ struct Completion {
 
 struct RolloutBatch {
   std::vector<PreparedPrompt> prompts;  // B
-  int group_size = 0;                   // G
-  std::vector<Completion> completions;  // B·G: prompt k owns [k·G, (k+1)·G)
+  int group_size = 0;                   // G (rollout.num_generations)
+  // Samples of each prompt (B); all G unless a curriculum chose per prompt.
+  // Completions are prompt-major: prompt k owns the group_sizes[k] after those of prompts < k.
+  std::vector<int> group_sizes;
+  std::vector<Completion> completions;  // sum of group_sizes
   std::vector<float> advantages;        // B·G
   // B·G: the trainer's logprobs of each completion under the weights that
   // generated the batch (TRL's old_per_token_logps); filled by the trainer
   // before its first step on the batch, when the ratio needs them.
   std::vector<std::vector<float>> old_logp;
+  // Data parallel (several ranks): the weighted rewards and group sizes of the global
+  // batch, every rank's prompts in order (the curriculum updates from them); empty on one rank.
+  std::vector<float> global_rewards;
+  std::vector<int> global_group_sizes;
   int64_t n_completion_tokens = 0;
   MetricList metrics;                   // reward/*, accuracy, completion/*, rollout/*, time/rollout, time/reward
 };
@@ -51,14 +58,17 @@ uint64_t rollout_seed_for(uint64_t seed, int64_t generation, int64_t request);
 
 // Adds every prompt with `params` (params.n samples each; prompt k seeded with
 // seeds[k] when seeds is non-empty), runs the engine until all are done and
-// returns the outputs ordered prompt-major, sample-minor. With `svc` (the loop serves
-// its live policy, [server]) the prompts go through the service's queue and share the
-// batch with outside requests: the service runs for the call and is paused (drained)
-// again before it returns, so nothing else touches the engine while the loop trains.
+// returns the outputs ordered prompt-major, sample-minor. n_per_prompt, when
+// non-empty, gives prompt k n_per_prompt[k] samples instead of params.n. With `svc`
+// (the loop serves its live policy, [server]) the prompts go through the service's
+// queue and share the batch with outside requests: the service runs for the call and
+// is paused (drained) again before it returns, so nothing else touches the engine
+// while the loop trains.
 Result<std::vector<RequestOutput>> engine_run_prompts(Engine& engine, const std::vector<PreparedPrompt>& prompts,
                                                       const SamplingParams& params,
                                                       const std::vector<uint64_t>& seeds,
-                                                      EngineService* svc = nullptr);
+                                                      EngineService* svc = nullptr,
+                                                      const std::vector<int>& n_per_prompt = {});
 
 // Telemetry for the reward functions from an engine output.
 Telemetry telemetry_of(const RequestOutput& o);
@@ -74,10 +84,14 @@ struct RolloutConfig {
   Communicator* comm = nullptr;
 };
 
-// One generation batch: samples, rewards, advantages and metrics.
+// One generation batch: samples, rewards, advantages and metrics. group_sizes,
+// when non-empty, gives each prompt its own number of samples (>= 1 each); with
+// several ranks (rc.comm) every rank's group sizes are gathered so that advantages
+// and reward statistics are those of the global batch.
 Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, const RewardComposer& rewards,
                                       std::vector<PreparedPrompt> prompts, const RolloutConfig& rc,
-                                      int64_t generation, EngineService* svc = nullptr);
+                                      int64_t generation, EngineService* svc = nullptr,
+                                      const std::vector<int>& group_sizes = {});
 
 // Greedy (or sampled) eval: "eval/accuracy" (mean task score), "eval/reward"
 // (mean weighted reward), "eval/completion_length", "eval/time".

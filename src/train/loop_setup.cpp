@@ -150,6 +150,39 @@ std::vector<std::string> loop_plot_metrics(const MetricHistory& h) {
   return out;
 }
 
+// The KDE curriculum over the train split, restored from the checkpoint's state when resuming.
+static Status loop_setup_curriculum(LoopRun& r) {
+  const CurriculumSection& cs = r.cfg.curriculum;
+  if (cs.type != CurriculumType::kde_valley) {
+    if (!r.state.curriculum.is_null())
+      GRPO_LOG_WARN("resume: the checkpoint carries curriculum state but curriculum.type = \"%s\"; it is dropped",
+                    enum_name(curriculum_type_names(), cs.type));
+    r.state.curriculum = nullptr;
+    return ok_status();
+  }
+  CurriculumOptions o;
+  o.ema_init = cs.ema_init;
+  o.ema_decay = cs.ema_decay;
+  o.bandwidth = cs.bandwidth;
+  o.grid_points = int(cs.grid_points);
+  o.n_clusters = int(cs.n_clusters);
+  o.alpha = cs.alpha;
+  o.base = int(r.cfg.rollout.num_generations);
+  o.max_generations = int(cs.max_generations);
+  std::vector<std::string> ids(r.env->size(Split::train));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = r.env->example(Split::train, i).id;
+  auto c = KdeCurriculum::make(o, std::move(ids));
+  if (!c.ok()) return c.status();
+  r.curriculum = std::make_unique<KdeCurriculum>(std::move(c).value());
+  if (r.resumed) {
+    if (r.state.curriculum.is_null())
+      GRPO_LOG_WARN("resume: %s has no curriculum state; the curriculum starts fresh", r.resumed_from.c_str());
+    else
+      GRPO_TRY(r.curriculum->restore(r.state.curriculum, r.resumed_from + "/trainer_state.json"));
+  }
+  return ok_status();
+}
+
 Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const TrainLoopOptions& opt) {
   auto run = std::make_unique<LoopRun>();
   LoopRun& r = *run;
@@ -270,6 +303,7 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   }
   r.cursor = std::make_unique<DataCursor>(r.env->size(Split::train), uint64_t(cfg.data.seed), cfg.data.shuffle);
   r.cursor->restore(st.data_epoch, st.data_index);
+  GRPO_TRY(loop_setup_curriculum(r));
 
   // Prompts of the eval set, and the longest prompt seen, to size the trainer's workspace.
   const Split es = loop_eval_split(cfg);

@@ -11,6 +11,7 @@
 #include "env/environment.h"
 #include "env/rewards.h"
 #include "train/checkpoint_state.h"
+#include "train/curriculum.h"
 #include "train/grpo_loop.h"
 #include "train/loop_data.h"
 #include "train/loop_rollout.h"
@@ -35,6 +36,7 @@ struct LoopRun {
   SamplingParams eval_params;
   std::vector<PreparedPrompt> eval_prompts;
   std::unique_ptr<DataCursor> cursor;
+  std::unique_ptr<KdeCurriculum> curriculum;  // null unless curriculum.type = "kde_valley"
   TrainerState state;
   bool resumed = false;
   std::string resumed_from;

@@ -129,6 +129,7 @@ std::string plot_render_html(const MetricHistory& history, const PlotOptions& op
     static const std::vector<MetricHistory::Point> empty;
     h += chart(n, it == history.series().end() ? empty : it->second, opt.width, opt.height);
   }
+  if (!opt.curriculum_report.is_null()) h += plot_curriculum_html(opt.curriculum_report, opt.width, opt.height);
   return h + "</body></html>\n";
 }
 

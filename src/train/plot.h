@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "train/metrics_writer.h"
 
 namespace grpo {
@@ -17,7 +19,13 @@ struct PlotOptions {
   std::string title = "grpo run";
   std::vector<std::string> metrics;  // empty: plot_default_metrics(); names absent from the history are listed as "no data"
   int width = 640, height = 260;     // of each chart, in CSS pixels
+  // A KDE curriculum cluster report (KdeCurriculum::report); null = no curriculum section.
+  nlohmann::json curriculum_report;
 };
+
+// The curriculum section: the KDE curve over [0, 1] with the cut valleys marked,
+// and a table of clusters (EMA range, size, mean reward, rollouts per prompt).
+std::string plot_curriculum_html(const nlohmann::json& report, int width, int height);
 
 // HTML text of the page. Non-finite values are skipped (they break the line).
 std::string plot_render_html(const MetricHistory& history, const PlotOptions& opt);

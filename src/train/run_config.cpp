@@ -91,6 +91,11 @@ std::span<const EnumName<LogLevel>> log_level_names() {
   return n;
 }
 
+std::span<const EnumName<CurriculumType>> curriculum_type_names() {
+  static constexpr EnumName<CurriculumType> n[] = {{"none", CurriculumType::none}, {"kde_valley", CurriculumType::kde_valley}};
+  return n;
+}
+
 Status RunConfig::validate() const {
   Checker c;
   c.require(!run.output_dir.empty(), "run.output_dir", run.output_dir, "must not be empty");
@@ -194,6 +199,17 @@ Status RunConfig::validate() const {
   c.require(checkpoint.every >= 0, "checkpoint.every", checkpoint.every, "must be >= 0");
   c.require(checkpoint.keep_last >= 0, "checkpoint.keep_last", checkpoint.keep_last, "must be >= 0 (0 = keep all)");
   c.require(log.every >= 1, "log.every", log.every, "must be >= 1");
+
+  const auto& cu = curriculum;
+  c.require(cu.ema_init >= 0 && cu.ema_init <= 1, "curriculum.ema_init", cu.ema_init, "must be in [0, 1]");
+  c.require(cu.ema_decay >= 0 && cu.ema_decay < 1, "curriculum.ema_decay", cu.ema_decay,
+            "must be in [0, 1) (the weight kept on the old EMA)");
+  c.require(cu.bandwidth > 0, "curriculum.bandwidth", cu.bandwidth, "must be > 0");
+  c.require(cu.grid_points >= 3 && cu.grid_points <= 100000, "curriculum.grid_points", cu.grid_points, "must be in 3..100000");
+  c.require(cu.n_clusters >= 1 && cu.n_clusters <= 64, "curriculum.n_clusters", cu.n_clusters, "must be in 1..64");
+  c.require(cu.alpha >= 0, "curriculum.alpha", cu.alpha, "must be >= 0 (harder clusters get more rollouts)");
+  c.require(cu.max_generations >= 0, "curriculum.max_generations", cu.max_generations, "must be >= 0 (0 = no cap)");
+  c.require(cu.report_every >= 0, "curriculum.report_every", cu.report_every, "must be >= 0");
   c.require(!server.host.empty(), "server.host", server.host, "must not be empty (127.0.0.1, or 0.0.0.0 for every interface)");
   c.require(server.port >= 0 && server.port <= 65535, "server.port", server.port, "must be in [0, 65535] (0 = any free port)");
   c.require(server.max_body_bytes >= 1024, "server.max_body_bytes", server.max_body_bytes, "must be >= 1024");
@@ -224,6 +240,8 @@ Status RunConfig::validate() const {
               "must be 1 with data.env = \"remote\" (each posted batch feeds one optimizer step)");
     c.require(eval.every == 0, "eval.every", eval.every,
               "must be 0 with data.env = \"remote\" (there is no local dataset to evaluate on; evaluate in the environment)");
+    c.require(curriculum.type == CurriculumType::none, "curriculum.type", enum_name(curriculum_type_names(), curriculum.type),
+              "must be \"none\" with data.env = \"remote\" (the environment picks the problems and group sizes)");
   }
   if (c.status().ok() && lora.enabled) return lora_config_from(lora, "").status();
   return c.status();

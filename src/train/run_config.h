@@ -29,6 +29,7 @@
 namespace grpo {
 
 enum class ProgressSetting { automatic, bar, plain, off };
+enum class CurriculumType { none, kde_valley };
 
 // The one name table of each enum-like config value (parsing, messages, --list-keys).
 std::span<const EnumName<ArithmeticStyle>> arithmetic_style_names();  // compact, verbose, expression
@@ -37,6 +38,7 @@ std::span<const EnumName<LrScheduleType>> lr_schedule_names();         // consta
 std::span<const EnumName<ScaleRewards>> scale_rewards_names();         // group, batch, none
 std::span<const EnumName<ProgressSetting>> progress_names();           // auto, bar, plain, off
 std::span<const EnumName<LogLevel>> log_level_names();                 // debug, info, warn, error, quiet
+std::span<const EnumName<CurriculumType>> curriculum_type_names();     // none, kde_valley
 
 struct RunSection {
   std::string output_dir = "runs/default";  // metrics, checkpoints, resolved config go here
@@ -147,6 +149,19 @@ struct CheckpointSection {
   bool save_final = true;
 };
 
+// Rollouts per prompt from the KDE valley curriculum (train/curriculum.h, docs/curriculum.md).
+struct CurriculumSection {
+  CurriculumType type = CurriculumType::none;  // none | kde_valley
+  double ema_init = 0.5;       // EMA of a problem never sampled
+  double ema_decay = 0.7;      // ema <- decay * ema + (1 - decay) * reward, clipped to [0, 1]
+  double bandwidth = 0.05;     // Gaussian KDE bandwidth on [0, 1]
+  int64_t grid_points = 512;   // KDE grid on [0, 1]
+  int64_t n_clusters = 3;      // split at the n - 1 deepest valleys
+  double alpha = 1.0;          // G = round(num_generations * (1 + alpha * (1 - cluster mean)))
+  int64_t max_generations = 0; // cap on G per prompt; 0 = none
+  int64_t report_every = 10;   // steps between cluster reports (curriculum/report-<step>.json); 0 = only at the end
+};
+
 struct LogSection {
   bool jsonl = true;         // <output_dir>/metrics.jsonl
   bool tensorboard = false;  // <output_dir>/tb/events.out.tfevents.*
@@ -224,6 +239,7 @@ struct RunConfig {
   EvalSection eval;
   CheckpointSection checkpoint;
   LogSection log;
+  CurriculumSection curriculum;
   ServerSection server;
   RemoteSection remote;
   DistSection dist;

@@ -133,6 +133,31 @@ TEST(MpiTrain, ResumeWithADifferentNumberOfRanks) {
   compare_runs(one, rs);
 }
 
+// [curriculum] kde_valley over 2 ranks: every rank sizes the global batch from the
+// same state and updates it from the gathered rewards, so rollouts, group sizes,
+// losses and the final curriculum state are those of the one-rank run.
+TEST(MpiTrain, CurriculumTwoRanksMatchOneRank) {
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun not found: install openmpi-bin (scripts/setup.sh does)";
+  const std::string one = dir_of("cur1"), two = dir_of("cur2");
+  fs::create_directories(fs::path(one).parent_path());
+  const std::string cu =
+      "--set curriculum.type=kde_valley --set curriculum.alpha=2.0 --set curriculum.bandwidth=0.02 --set curriculum.ema_decay=0"
+      " --set data.arithmetic.train_size=8";
+  ASSERT_EQ(run("", one, cu), 0) << read_all(one + ".log");
+  ASSERT_EQ(run(kMpi, two, cu), 0) << read_all(two + ".log");
+  compare_runs(one, two);
+  auto ma = steps_of(one), mb = steps_of(two);
+  for (int64_t k = 1; k <= 3; ++k) {
+    ASSERT_TRUE(ma.count(k) && mb.count(k)) << "step " << k;
+    EXPECT_EQ(ma[k]["curriculum/group_size_mean"], mb[k]["curriculum/group_size_mean"]) << "step " << k;
+    EXPECT_EQ(ma[k]["curriculum/ema_mean"], mb[k]["curriculum/ema_mean"]) << "step " << k;
+  }
+  auto sa = nlohmann::json::parse(read_all(one + "/checkpoint-3/trainer_state.json"));
+  auto sb = nlohmann::json::parse(read_all(two + "/checkpoint-3/trainer_state.json"));
+  EXPECT_EQ(sa["curriculum"], sb["curriculum"]);
+  EXPECT_EQ(read_all(one + "/curriculum/latest.json"), read_all(two + "/curriculum/latest.json"));
+}
+
 TEST(MpiTrain, AKilledRankStopsTheJobAndKeepsTheLastCheckpoint) {
   if (!have_mpirun()) GTEST_SKIP() << "mpirun not found: install openmpi-bin (scripts/setup.sh does)";
   const std::string k = dir_of("kill");

@@ -83,14 +83,17 @@ TEST(Rewards, LengthOverlongDapo) {
   EXPECT_EQ(at(101), -1.0f);
 }
 
-TEST(Rewards, InferenceAware) {
+TEST(Rewards, InferenceAwareWallLatency) {
   RewardSpec s{"inference_aware", 1.0,
-               {{"alpha_latency", 0.1}, {"beta_tokens", 0.001}, {"gamma_kv_mb", 0.01}, {"delta_accept", 0.5}, {"epsilon_reuse", 0.2}}};
+               {{"alpha_latency", 0.1}, {"beta_tokens", 0.001}, {"gamma_kv_mb", 0.01}, {"delta_accept", 0.5},
+                {"epsilon_reuse", 0.2}, {"latency", "wall"}}};
   Telemetry t;
   t.latency_s = 2.0;          // -0.2
+  t.engine_steps = 1000;      // ignored under "wall"
   t.n_tokens = 100;           // -0.1
   t.kv_peak_bytes = 3 << 20;  // 3 MiB -> -0.03
-  t.spec_accept_rate = 0.6;   // +0.3
+  t.spec_proposed = 50;       // 30/50 = 0.6 -> +0.3
+  t.spec_accepted = 30;
   t.prefix_hit_tokens = 30;   // 30/60 = 0.5 -> +0.1
   t.prompt_tokens = 60;
   // correct: 1 - 0.2 - 0.1 - 0.03 + 0.3 + 0.1 = 1.07; wrong: 0.07
@@ -98,6 +101,50 @@ TEST(Rewards, InferenceAware) {
   EXPECT_NEAR(run(s, "<answer>3</answer>", gold("4"), t), 0.07f, 1e-6);
   t.prompt_tokens = 0;  // reuse term vanishes
   EXPECT_NEAR(run(s, "<answer>4</answer>", gold("4"), t), 0.97f, 1e-6);
+}
+
+TEST(Rewards, InferenceAwareModelledLatencyAndAcceptance) {
+  RewardSpec s{"inference_aware", 1.0,
+               {{"alpha_latency", 0.5}, {"delta_accept", 0.25}, {"latency_step_s", 0.01},
+                {"latency_prefill_token_s", 0.002}}};
+  Telemetry t;
+  t.latency_s = 99.0;       // wall clock: ignored by the default "modelled" latency
+  t.engine_steps = 40;      // 40 * 0.01 = 0.4 s
+  t.prompt_tokens = 60;     // 60 - 10 cached = 50 prefilled * 0.002 = 0.1 s
+  t.prefix_hit_tokens = 10;
+  t.spec_accept_rate = 1.0; // the rate is derived from the counts, not taken from this field
+  // nothing drafted: accept = 0. 1 - 0.5 * 0.5 = 0.75
+  EXPECT_NEAR(run(s, "<answer>4</answer>", gold("4"), t), 0.75f, 1e-6);
+  t.spec_proposed = 80;     // 60/80 = 0.75 -> +0.1875
+  t.spec_accepted = 60;
+  EXPECT_NEAR(run(s, "<answer>4</answer>", gold("4"), t), 0.9375f, 1e-6);
+
+  // Every term is reported, unweighted, in the documented order.
+  auto comp = RewardComposer::make({s, {"correct", 2.0}});
+  ASSERT_TRUE(comp.ok()) << comp.status().message();
+  ASSERT_EQ(comp.value().n_terms(), 6u);
+  const char* names[] = {"task", "latency", "tokens", "kv_mb", "accept", "reuse"};
+  for (size_t k = 0; k < 6; ++k) EXPECT_EQ(comp.value().term_label(k), std::string("inference_aware/") + names[k]);
+  t.n_tokens = 7;
+  t.kv_peak_bytes = 1 << 19;
+  RewardValues rv = comp.value().compute("", "<answer>4</answer>", gold("4"), t);
+  ASSERT_EQ(rv.terms.size(), 6u);
+  const double want[] = {1.0, 0.5, 7.0, 0.5, 0.75, 10.0 / 60.0};
+  for (size_t k = 0; k < 6; ++k) EXPECT_NEAR(rv.terms[k], want[k], 1e-12) << names[k];
+  EXPECT_NEAR(rv.total, 0.9375 + 2.0, 1e-6);
+  bool logged = false;
+  for (const auto& [k, v] : comp.value().summarize({rv}))
+    if (k == "rewards/inference_aware/latency") logged = (std::fabs(v - 0.5) < 1e-12);
+  EXPECT_TRUE(logged);
+}
+
+TEST(Rewards, InferenceAwareBadLatencyModel) {
+  auto r = reward_make({"inference_aware", 1.0, {{"latency", "clock"}}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("\"modelled\""), std::string::npos) << r.status().message();
+  auto r2 = reward_make({"inference_aware", 1.0, {{"latency_step_s", -1}}});
+  ASSERT_FALSE(r2.ok());
+  EXPECT_NE(r2.status().message().find("latency_step_s"), std::string::npos) << r2.status().message();
 }
 
 TEST(Rewards, BadSpecsNameTheProblem) {
