@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -110,6 +111,7 @@ Latencies run_http(int port, const Work& w, int clients) {
   std::mutex mu;
   std::atomic<size_t> next{0};
   std::atomic<int> failures{0};
+  std::vector<std::string> reasons;  // the first few failures, for the report
   const double t0 = now_seconds();
   std::vector<std::thread> ts;
   for (int c = 0; c < clients; ++c)
@@ -145,7 +147,16 @@ Latencies run_http(int port, const Work& w, int clients) {
           return true;
         };
         auto r = cli.send(req);
-        if (!r || r->status != 200) ++failures;
+        if (!r || r->status != 200) {
+          ++failures;
+          std::string why = !r ? "httplib error " + httplib::to_string(r.error()) + " (" +
+                                     std::to_string(int(r.error())) + ")"
+                               : "HTTP " + std::to_string(r->status) + ": " + (r->body.empty() ? buf : r->body).substr(0, 300);
+          why += " after " + std::to_string(now_seconds() - sent) + " s, " + std::to_string(last < 0 ? 0 : 1) +
+                 "+ tokens received";
+          std::lock_guard<std::mutex> lk(mu);
+          if (reasons.size() < 5) reasons.push_back(why);
+        }
       }
       std::lock_guard<std::mutex> lk(mu);
       L.ttft.insert(L.ttft.end(), ttft.begin(), ttft.end());
@@ -154,7 +165,11 @@ Latencies run_http(int port, const Work& w, int clients) {
     });
   for (auto& t : ts) t.join();
   L.seconds = now_seconds() - t0;
-  if (failures > 0) std::fprintf(stderr, "bench_serve: %d requests failed\n", int(failures));
+  if (failures > 0) {
+    std::fprintf(stderr, "bench_serve: %d of %zu requests failed (%d clients); first failures:\n", int(failures),
+                 w.prompts.size(), clients);
+    for (const auto& r : reasons) std::fprintf(stderr, "  %s\n", r.c_str());
+  }
   return L;
 }
 
@@ -229,7 +244,8 @@ int main(int argc, char** argv) {
   so.port = 0;
   so.max_tokens_limit = max_len;
   so.max_queued_requests = n_requests + 16;
-  so.n_threads = *std::max_element(client_counts.begin(), client_counts.end()) + 16;
+  if (const char* e = std::getenv("BENCH_SERVE_BACKLOG")) so.listen_backlog = std::atoi(e);
+  if (const char* e = std::getenv("BENCH_SERVE_THREADS")) so.n_threads = std::atoi(e);
   so.max_body_bytes = size_t(64) << 20;
   EngineService svc(eng, ServiceOptions{so.max_queued_requests});
   HttpServer http(svc, nullptr, so);
