@@ -437,18 +437,28 @@ void HttpServer::install_routes() {
             std::vector<bool> over(chs.size(), false);
             size_t n_over = 0;
             std::vector<RequestOutput> outs;
+            std::vector<TokenEvent> evs;
+            std::string pending;
             double last_write = now_seconds();
             while (n_over < chs.size()) {
               for (size_t i = 0; i < chs.size(); ++i) {
                 if (over[i]) continue;
-                std::vector<TokenEvent> evs;
+                evs.clear();
                 const bool done = chs[i]->wait(&evs, std::chrono::milliseconds(chs.size() == 1 ? 200 : 5));
+                // Everything delivered since the last wake goes out in one write (one syscall,
+                // one chunk) however many tokens it holds.
+                pending.clear();
                 for (const auto& e : evs) {
                   const int index = int(i) * n + e.sample_index;
                   const json c = kind == ApiKind::chat ? chat_chunk(*g, index, &e, false, tok_, meta)
                                                        : completion_chunk(*g, index, e, tok_, meta, offsets[size_t(index)]);
                   offsets[size_t(index)] += token_text(tok_, e.token).size();
-                  if (!write(c)) {
+                  pending += "data: ";
+                  pending += dump_json(c);
+                  pending += "\n\n";
+                }
+                if (!pending.empty()) {
+                  if (!sink.write(pending.data(), pending.size())) {
                     for (auto& ch : chs) ch->cancel();  // the client left: free its KV blocks
                     return false;
                   }
