@@ -9,6 +9,7 @@
 //
 //   bench_serve [--preset qwen2.5-0.5b] [--device cuda|cpu] [--dtype bf16|f32] [--kv-gb 24]
 //               [--clients 64,256] [--requests 256] [--max-len 1024] [--no-graphs] [--out-dir bench/results]
+//               [--http-threads T] [--listen-backlog B]   (server overrides for reproductions; 0: its defaults)
 #include <httplib.h>
 
 #include <algorithm>
@@ -26,6 +27,7 @@
 #include "bench_util.h"
 #include "core/timer.h"
 #include "engine/engine.h"
+#include "engine/engine_config.h"
 #include "engine/engine_service.h"
 #include "model/presets.h"
 #include "server/http_server.h"
@@ -110,6 +112,7 @@ Latencies run_http(int port, const Work& w, int clients) {
   std::mutex mu;
   std::atomic<size_t> next{0};
   std::atomic<int> failures{0};
+  std::vector<std::string> reasons;  // the first few failures, for the report
   const double t0 = now_seconds();
   std::vector<std::thread> ts;
   for (int c = 0; c < clients; ++c)
@@ -145,7 +148,16 @@ Latencies run_http(int port, const Work& w, int clients) {
           return true;
         };
         auto r = cli.send(req);
-        if (!r || r->status != 200) ++failures;
+        if (!r || r->status != 200) {
+          ++failures;
+          std::string why = !r ? "httplib error " + httplib::to_string(r.error()) + " (" +
+                                     std::to_string(int(r.error())) + ")"
+                               : "HTTP " + std::to_string(r->status) + ": " + (r->body.empty() ? buf : r->body).substr(0, 300);
+          why += " after " + std::to_string(now_seconds() - sent) + " s, " + std::to_string(last < 0 ? 0 : 1) +
+                 "+ tokens received";
+          std::lock_guard<std::mutex> lk(mu);
+          if (reasons.size() < 5) reasons.push_back(why);
+        }
       }
       std::lock_guard<std::mutex> lk(mu);
       L.ttft.insert(L.ttft.end(), ttft.begin(), ttft.end());
@@ -154,7 +166,11 @@ Latencies run_http(int port, const Work& w, int clients) {
     });
   for (auto& t : ts) t.join();
   L.seconds = now_seconds() - t0;
-  if (failures > 0) std::fprintf(stderr, "bench_serve: %d requests failed\n", int(failures));
+  if (failures > 0) {
+    std::fprintf(stderr, "bench_serve: %d of %zu requests failed (%d clients); first failures:\n", int(failures),
+                 w.prompts.size(), clients);
+    for (const auto& r : reasons) std::fprintf(stderr, "  %s\n", r.c_str());
+  }
   return L;
 }
 
@@ -164,7 +180,7 @@ int main(int argc, char** argv) {
   std::string preset = "qwen2.5-0.5b", device = "cuda", dtype = "bf16", out_dir = "bench/results", clients_s = "64,256";
   double kv_gb = 24;
   bool graphs = true;
-  int n_requests = 256, max_len = 1024;
+  int n_requests = 256, max_len = 1024, http_threads = 0, listen_backlog = 0;
   for (int i = 1; i < argc; ++i) try {
       std::string a = argv[i];
       auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -176,10 +192,13 @@ int main(int argc, char** argv) {
       else if (a == "--requests") n_requests = std::stoi(next());
       else if (a == "--max-len") max_len = std::stoi(next());
       else if (a == "--no-graphs") graphs = false;
+      else if (a == "--http-threads") http_threads = std::stoi(next());
+      else if (a == "--listen-backlog") listen_backlog = std::stoi(next());
       else if (a == "--out-dir") out_dir = next();
       else {
         std::fprintf(stderr, "usage: bench_serve [--preset P] [--device cuda|cpu] [--dtype bf16|f32] [--kv-gb G] "
-                             "[--clients 64,256] [--requests N] [--max-len L] [--no-graphs] [--out-dir D]\n");
+                             "[--clients 64,256] [--requests N] [--max-len L] [--no-graphs] [--http-threads T] "
+                             "[--listen-backlog B] [--out-dir D]\n");
         return 2;
       }
     } catch (const std::exception&) {
@@ -201,11 +220,18 @@ int main(int argc, char** argv) {
   Context ctx(co);
   const DType dt = dtype == "bf16" ? DType::bf16 : DType::f32;
   ModelWeights w = weights_random(*cfg, co.device, dt, 1234, &ctx);
-  EngineOptions eo;
-  eo.kv_cache_bytes = size_t(kv_gb * double(1ull << 30));
-  eo.max_num_seqs = 256;
-  eo.max_num_batched_tokens = 8192;
-  eo.use_cuda_graphs = graphs && co.device == Device::cuda;
+  // The engine comes from the same EngineConfig as `grpo serve`'s engine flags and `grpo train`'s [engine].
+  EngineConfig ec;
+  ec.kv_cache_mib = int64_t(kv_gb * 1024.0);
+  ec.max_num_seqs = 256;
+  ec.max_num_batched_tokens = 8192;
+  ec.cuda_graphs = graphs ? CudaGraphsMode::automatic : CudaGraphsMode::off;
+  auto eo_r = engine_options_from_config(ec, co.device, *cfg, dt, MemoryUse{}, 256);
+  if (!eo_r.ok()) {
+    std::fprintf(stderr, "bench_serve: %s\n", eo_r.status().message().c_str());
+    return 2;
+  }
+  EngineOptions eo = eo_r.value();
   eo.seed = 7;
   Engine eng(ctx, w, nullptr, eo);
 
@@ -229,7 +255,8 @@ int main(int argc, char** argv) {
   so.port = 0;
   so.max_tokens_limit = max_len;
   so.max_queued_requests = n_requests + 16;
-  so.n_threads = *std::max_element(client_counts.begin(), client_counts.end()) + 16;
+  so.n_threads = http_threads;  // 0: the server's own sizing (from max_queued_requests)
+  so.listen_backlog = listen_backlog;
   so.max_body_bytes = size_t(64) << 20;
   EngineService svc(eng, ServiceOptions{so.max_queued_requests});
   HttpServer http(svc, nullptr, so);
@@ -268,7 +295,8 @@ int main(int argc, char** argv) {
       {"config",
        {{"preset", preset}, {"workload", "nanovllm"}, {"requests", n_requests}, {"max_len", max_len}, {"dtype", dtype},
         {"kv_gb", kv_gb}, {"cuda_graphs", eo.use_cuda_graphs}, {"max_num_seqs", eo.max_num_seqs},
-        {"max_num_batched_tokens", eo.max_num_batched_tokens}, {"stream", true}}},
+        {"max_num_batched_tokens", eo.max_num_batched_tokens}, {"stream", true},
+        {"http_threads", so.http_threads()}, {"max_queued_requests", so.max_queued_requests}}},
       {"metrics", runs},
       {"peer", {{"name", "offline engine (same process, same workload)"}, {"metrics", off.to_json()}}},
       {"ratios", ratios}};

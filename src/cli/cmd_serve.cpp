@@ -124,7 +124,7 @@ cli::CommandRegistrar reg("serve", "Serve the model over an OpenAI- and vLLM-com
   sub->add_option("--max-tokens-limit", a->srv.max_tokens_limit, "Most completion tokens a request may ask for");
   sub->add_option("--max-n", a->srv.max_n, "Most samples per prompt (n)");
   sub->add_option("--max-queued-requests", a->srv.max_queued_requests, "Requests in flight at most (more: 429)");
-  sub->add_option("--http-threads", a->srv.n_threads, "HTTP worker threads");
+  sub->add_option("--http-threads", a->srv.n_threads, "HTTP worker threads (0: max-queued-requests + 32)");
   sub->add_option("--read-timeout", a->srv.read_timeout_s, "Seconds a client may stall while sending a request");
   sub->add_option("--write-timeout", a->srv.write_timeout_s, "Seconds a client may stall while receiving");
   sub->add_option("--drain-timeout", a->drain_timeout_s, "Seconds SIGTERM waits for in-flight requests");

@@ -2,7 +2,7 @@
 #include "engine/engine_service.h"
 
 #include <algorithm>
-#include <map>
+#include <unordered_map>
 
 #include "core/check.h"
 #include "core/timer.h"
@@ -211,7 +211,8 @@ void EngineService::admit(Pending& p) {
 
 void EngineService::deliver_step(std::vector<TokenEvent>& evs, std::vector<RequestOutput>& outs) {
   const double now = now_seconds();
-  std::map<int64_t, std::pair<std::vector<TokenEvent>, std::vector<RequestOutput>>> per;
+  std::unordered_map<int64_t, std::pair<std::vector<TokenEvent>, std::vector<RequestOutput>>> per;
+  per.reserve(active_.size());
   for (auto& e : evs) {
     auto it = active_.find(e.request_id);
     if (it == active_.end()) continue;  // a request run by someone else through the engine
@@ -310,9 +311,10 @@ void EngineService::loop() {
     if (engine_.has_unfinished()) {
       evs.clear();
       std::vector<RequestOutput> outs = engine_.step(&evs);
-      deliver_step(evs, outs);
+      deliver_step(evs, outs);  // publishes the gauges
+    } else {
+      publish_gauges();
     }
-    publish_gauges();
   }
   std::lock_guard<std::mutex> lk(mu_);
   loop_exited_ = true;

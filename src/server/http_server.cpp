@@ -3,7 +3,12 @@
 
 #include <httplib.h>
 
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <thread>
@@ -68,20 +73,48 @@ Status ServerOptions::validate() const {
   if (max_tokens_limit < 1) return bad("max_tokens_limit must be >= 1");
   if (max_n < 1) return bad("max_n must be >= 1");
   if (max_queued_requests < 1) return bad("max_queued_requests must be >= 1");
-  if (n_threads < 2 || n_threads > 4096) return bad("n_threads must be in [2, 4096]");
+  if (n_threads != 0 && (n_threads < 2 || n_threads > 4096))
+    return bad("n_threads must be 0 (automatic: max_queued_requests + " + std::to_string(kExtraHttpThreads) +
+               ") or in [2, 4096]");
+  if (listen_backlog < 0) return bad("listen_backlog must be >= 0 (0 = automatic)");
   if (read_timeout_s < 1 || write_timeout_s < 1 || keep_alive_timeout_s < 1) return bad("timeouts must be >= 1 second");
   return ok_status();
+}
+
+int ServerOptions::http_threads() const {
+  if (n_threads > 0) return n_threads;
+  return int(std::min<int64_t>(4096, int64_t(max_queued_requests) + kExtraHttpThreads));
 }
 
 HttpServer::HttpServer(EngineService& svc, const Tokenizer* tok, ServerOptions opt)
     : svc_(svc), tok_(tok), opt_(std::move(opt)), http_(std::make_unique<httplib::Server>()) {
   started_at_ = int64_t(std::time(nullptr));
-  const int n_threads = opt_.n_threads;
+  // Every stream holds a worker for its whole life: with fewer workers than streams the
+  // queue admits, the rest wait unserved in httplib's task queue.
+  const int n_threads = opt_.http_threads();
+  if (n_threads < opt_.max_queued_requests)
+    GRPO_LOG_WARN("server: %d HTTP worker threads for up to %d requests in flight: streams beyond %d wait for a "
+                  "worker (--http-threads 0 sizes the pool from --max-queued-requests)",
+                  n_threads, opt_.max_queued_requests, n_threads);
   http_->new_task_queue = [n_threads] { return new httplib::ThreadPool(size_t(n_threads)); };
   http_->set_payload_max_length(opt_.max_body_bytes);
   http_->set_read_timeout(opt_.read_timeout_s, 0);
   http_->set_write_timeout(opt_.write_timeout_s, 0);
   http_->set_keep_alive_timeout(opt_.keep_alive_timeout_s);
+  // httplib's default of 5 requests per connection makes keep-alive clients reconnect
+  // every 5 requests; the idle timeout is what bounds an idle connection.
+  http_->set_keep_alive_max_count(100000);
+  // One small write per streamed token: without TCP_NODELAY, Nagle holds each one back
+  // until the previous is acknowledged (accepted sockets inherit it from the listener).
+  http_->set_tcp_nodelay(true);
+  // httplib 0.11 listens with a backlog of 5: a burst of clients overflows the accept
+  // queue, and the kernel drops their handshakes (SYN retransmitted after 1 s, then 3 s,
+  // ...; connections half-open on the client side). Remember the listening socket so
+  // that start() can listen again with a real backlog.
+  http_->set_socket_options([this](int sock) {
+    httplib::default_socket_options(sock);
+    if (listen_fd_ < 0) listen_fd_ = sock;
+  });
   install_routes();
 }
 
@@ -97,6 +130,11 @@ Status HttpServer::start() {
       return error_status("server: cannot bind " + opt_.host + ":" + std::to_string(opt_.port) +
                           " (in use, or a privileged port); pick another --port or 0 for any free port");
     port_ = opt_.port;
+  }
+  if (listen_fd_ >= 0) {
+    const int backlog = opt_.listen_backlog > 0 ? opt_.listen_backlog : std::max(1024, opt_.http_threads());
+    if (::listen(listen_fd_, backlog) != 0)
+      GRPO_LOG_WARN("server: cannot raise the listen backlog to %d: %s", backlog, std::strerror(errno));
   }
   thread_ = std::thread([this] { http_->listen_after_bind(); });
   return ok_status();
@@ -399,18 +437,28 @@ void HttpServer::install_routes() {
             std::vector<bool> over(chs.size(), false);
             size_t n_over = 0;
             std::vector<RequestOutput> outs;
+            std::vector<TokenEvent> evs;
+            std::string pending;
             double last_write = now_seconds();
             while (n_over < chs.size()) {
               for (size_t i = 0; i < chs.size(); ++i) {
                 if (over[i]) continue;
-                std::vector<TokenEvent> evs;
+                evs.clear();
                 const bool done = chs[i]->wait(&evs, std::chrono::milliseconds(chs.size() == 1 ? 200 : 5));
+                // Everything delivered since the last wake goes out in one write (one syscall,
+                // one chunk) however many tokens it holds.
+                pending.clear();
                 for (const auto& e : evs) {
                   const int index = int(i) * n + e.sample_index;
                   const json c = kind == ApiKind::chat ? chat_chunk(*g, index, &e, false, tok_, meta)
                                                        : completion_chunk(*g, index, e, tok_, meta, offsets[size_t(index)]);
                   offsets[size_t(index)] += token_text(tok_, e.token).size();
-                  if (!write(c)) {
+                  pending += "data: ";
+                  pending += dump_json(c);
+                  pending += "\n\n";
+                }
+                if (!pending.empty()) {
+                  if (!sink.write(pending.data(), pending.size())) {
                     for (auto& ch : chs) ch->cancel();  // the client left: free its KV blocks
                     return false;
                   }

@@ -36,11 +36,19 @@ struct ServerOptions {
   int max_tokens_limit = 4096;      // most completion tokens a request may ask for
   int max_n = 16;                   // most samples per prompt
   int max_queued_requests = 256;    // requests in flight at once; more: 429 with Retry-After
-  int n_threads = 64;               // HTTP worker threads (each open connection holds one)
+  // HTTP worker threads; each open connection (a stream, or an idle keep-alive one) holds
+  // one. 0: max_queued_requests + kExtraHttpThreads (at most 4096), so that every stream
+  // the queue admits has a worker; a smaller explicit value makes connections beyond it
+  // wait for a worker.
+  int n_threads = 0;
+  int listen_backlog = 0;           // pending connections the kernel queues; 0: max(1024, worker threads)
   int read_timeout_s = 10;          // a client that stops sending for this long is dropped
   int write_timeout_s = 30;
   int keep_alive_timeout_s = 5;
   Status validate() const;
+  // Worker threads the server runs with (n_threads, or the automatic size).
+  int http_threads() const;
+  static constexpr int kExtraHttpThreads = 32;  // /health, /metrics, idle keep-alive connections
 };
 
 class HttpServer {
@@ -66,6 +74,7 @@ class HttpServer {
   std::unique_ptr<httplib::Server> http_;
   std::thread thread_;
   int port_ = 0;
+  int listen_fd_ = -1;  // the listening socket (httplib's), to raise its backlog
   std::atomic<bool> draining_{false};
   std::atomic<int> in_flight_{0};
   std::atomic<uint64_t> next_id_{0};
