@@ -98,7 +98,10 @@ TEST(EngineLora, UnmergedEqualsMergedAndSeesInPlaceUpdates) {
   auto x = with_lora.generate(prompts(), greedy(24));
   auto y = merged.generate(prompts(), greedy(24));
   ASSERT_TRUE(x.ok() && y.ok());
-  expect_same(x.value(), y.value(), 1e-5, "cpu f32 unmerged vs merged");
+  // OpenBLAS splits the GEMMs by its thread count, so the unmerged (two extra
+  // products) and merged sums round differently by machine: 2.6e-5..5.3e-5 relative seen
+  // on a 16-core host after 20 decode steps; 1e-4 is still far below a wrong scaling.
+  expect_same(x.value(), y.value(), 1e-4, "cpu f32 unmerged vs merged");
   Engine plain(c3, base, nullptr, opts(false));
   auto z = plain.generate(prompts(), greedy(24));
   ASSERT_TRUE(z.ok());
@@ -113,7 +116,7 @@ TEST(EngineLora, UnmergedEqualsMergedAndSeesInPlaceUpdates) {
   auto x2 = with_lora.generate(prompts(), greedy(24));
   auto y2 = merged_b.generate(prompts(), greedy(24));
   ASSERT_TRUE(x2.ok() && y2.ok());
-  expect_same(x2.value(), y2.value(), 1e-5, "cpu f32 after the in-place update");
+  expect_same(x2.value(), y2.value(), 1e-4, "cpu f32 after the in-place update");
 }
 
 // Several resident adapters, chosen per request (SamplingParams::lora_slot): the same
