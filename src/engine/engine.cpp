@@ -56,9 +56,11 @@ Result<int> engine_kv_blocks(const ModelConfig& cfg, DType model_dtype, const En
   return int(std::min<size_t>(n, size_t(1) << 30));
 }
 
-Engine::Engine(Context& ctx, ModelWeights& w, const Tokenizer* tok, EngineOptions opt)
+Engine::Engine(Context& ctx, ModelWeights& w, const Tokenizer* tok, EngineOptions opt, const EngineTandem* tandem)
     : ctx_(ctx), w_(w), tok_(tok), opt_(std::move(opt)) {
-  auto n_blocks = engine_kv_blocks(w.config, w.dtype, opt_);
+  GRPO_CHECK_MSG(!tandem || tandem->partner, "engine: a tandem setup needs its partner weights");
+  auto n_blocks = tandem ? tandem_kv_blocks(w.config, w.dtype, tandem->partner->config, tandem->partner->dtype, opt_)
+                         : engine_kv_blocks(w.config, w.dtype, opt_);
   GRPO_CHECK_MSG(n_blocks.ok(), n_blocks.status().message().c_str());
   const DType kv_dtype = engine_kv_cache_dtype(w.config, w.dtype, opt_).value();  // checked by engine_kv_blocks
   max_model_len_ = opt_.max_model_len > 0 ? opt_.max_model_len : w.config.max_position_embeddings;
@@ -81,6 +83,20 @@ Engine::Engine(Context& ctx, ModelWeights& w, const Tokenizer* tok, EngineOption
   ro.use_cuda_graphs = opt_.use_cuda_graphs;
   ro.graph_max_context = opt_.cuda_graph_max_context;
   runner_ = std::make_unique<ModelRunner>(ctx_, w_, ro);
+  if (tandem) {
+    const Status ok = tandem_check_partner(w.config, tandem->partner->config, max_model_len_);
+    GRPO_CHECK_MSG(ok.ok(), ok.message().c_str());
+    tandem_ = std::make_unique<TandemDecoder>(ctx_, *tandem->partner, ro, tandem->opt);
+    tandem_on_ = true;
+  }
+}
+
+Status Engine::set_tandem_active(bool on) {
+  if (!tandem_) return error_status("engine: set_tandem_active needs an engine created with a tandem partner");
+  if (has_unfinished()) return error_status("engine: finish the running requests before switching tandem decoding");
+  if (on != tandem_on_) blocks_->reset_prefix_cache();
+  tandem_on_ = on;
+  return ok_status();
 }
 
 Engine::~Engine() = default;
@@ -167,12 +183,13 @@ std::vector<RequestOutput> Engine::step() {
     if (ss.sample) rows.push_back(row_sampling(*ss.seq));
   }
   std::vector<SampledRow> sampled;
-  runner_->execute(out, rows, sampled);
+  if (tandem_active()) tandem_->execute(*runner_, out, rows, sampled);
+  else runner_->execute(out, rows, sampled);
   scheduler_->on_step_done(out);
   ++stats_.steps;
   stats_.tokens_computed += out.n_tokens;
   stats_.preemptions = scheduler_->n_preemptions();
-  stats_.graph_replays = runner_->n_graph_replays();
+  stats_.graph_replays = runner_->n_graph_replays() + (tandem_ ? tandem_->n_graph_replays() : 0);
   now = now_seconds();
   size_t r = 0;
   for (const auto& ss : out.seqs) {
@@ -194,6 +211,11 @@ void Engine::on_token(Sequence& s, const SampledRow& row, double now) {
   s.logprobs_raw.push_back(row.logprob_raw);
   s.logprobs_processed.push_back(row.logprob_processed);
   if (p.top_logprobs > 0) s.top_logprobs.push_back(row.top);
+  if (tandem_active()) {
+    s.model_mask.push_back(row.by_trained ? 1 : 0);
+    s.logprobs_trained.push_back(row.logprob_trained);
+    ++(row.by_trained ? stats_.tandem_trained_tokens : stats_.tandem_partner_tokens);
+  }
   if (s.t_first_token < 0) s.t_first_token = now;
   auto it = decoders_.find(s.seq_id);
   if (it != decoders_.end()) s.text += it->second->dec.push(t);
@@ -239,6 +261,8 @@ RequestOutput Engine::finish_output(Sequence& s, FinishReason reason, double now
   o.logprobs_raw = std::move(s.logprobs_raw);
   o.logprobs_processed = std::move(s.logprobs_processed);
   o.top_logprobs = std::move(s.top_logprobs);
+  o.model_mask = std::move(s.model_mask);
+  o.logprobs_trained = std::move(s.logprobs_trained);
   o.finish_reason = reason;
   RequestTelemetry& tm = o.telemetry;
   tm.queue_s = s.t_first_scheduled - s.t_arrival;

@@ -25,6 +25,7 @@
 #include "engine/sampling_params.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "engine/tandem.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
 
@@ -81,6 +82,11 @@ struct RequestOutput {
   std::vector<float> logprobs_raw;         // log_softmax of the logits (what the trainer recomputes)
   std::vector<float> logprobs_processed;   // under the distribution actually sampled from
   std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;  // when params.top_logprobs > 0
+  // Tandem decoding only (empty otherwise): per completion token, 1 = the trained model
+  // wrote it, 0 = the partner (logprobs* above are then the partner's); and the trained
+  // model's log_softmax(z / temperature) of the token (what the trainer recomputes).
+  std::vector<uint8_t> model_mask;
+  std::vector<float> logprobs_trained;
   FinishReason finish_reason = FinishReason::none;
   RequestTelemetry telemetry;
 };
@@ -92,12 +98,22 @@ struct EngineStats {
   int64_t prefix_hit_tokens = 0;
   int64_t preemptions = 0;
   int64_t graph_replays = 0;
+  int64_t tandem_trained_tokens = 0;  // tandem: completion tokens the trained model wrote
+  int64_t tandem_partner_tokens = 0;  // tandem: completion tokens the partner wrote
+};
+
+// A frozen partner for tandem decoding (engine/tandem.h). The partner's weights must
+// outlive the engine; tandem_check_partner and opt.validate must have passed.
+struct EngineTandem {
+  const ModelWeights* partner = nullptr;
+  TandemOptions opt;
 };
 
 class Engine {
  public:
   // Precondition: opt.validate() is ok (checked). `tok` may be null (no text, no stop strings).
-  Engine(Context& ctx, ModelWeights& w, const Tokenizer* tok, EngineOptions opt);
+  // With `tandem`, both pools share the KV budget (tandem_kv_blocks) and tandem decoding is on.
+  Engine(Context& ctx, ModelWeights& w, const Tokenizer* tok, EngineOptions opt, const EngineTandem* tandem = nullptr);
   ~Engine();
 
   // Queues a prompt with params.n samples; returns the request id. Errors name the
@@ -113,12 +129,21 @@ class Engine {
                                               const SamplingParams& params);
   // Drops every cached prefix (call after the weights change).
   void reset_prefix_cache() { blocks_->reset_prefix_cache(); }
+  // Tandem engines: turns the partner on or off (off = the trained model alone, e.g. for
+  // solo eval; the partner's pool is then not written, so the prefix cache is dropped).
+  // Error when requests are unfinished or the engine has no partner.
+  Status set_tandem_active(bool on);
+  bool tandem_active() const { return tandem_ && tandem_on_; }
+  bool has_tandem() const { return tandem_ != nullptr; }
 
   const EngineStats& stats() const { return stats_; }
   const EngineOptions& options() const { return opt_; }
   int n_kv_blocks() const { return blocks_->n_blocks(); }
   int n_free_kv_blocks() const { return blocks_->n_free(); }
-  size_t kv_bytes_per_block() const { return runner_->kv_bytes_per_block(); }  // all layers, K and V, real bytes
+  // All layers, K and V, real bytes (tandem: the trained pool's plus the partner's).
+  size_t kv_bytes_per_block() const {
+    return runner_->kv_bytes_per_block() + (tandem_ ? tandem_->kv_bytes_per_block() : 0);
+  }
   DType kv_cache_dtype() const { return runner_->options().kv_dtype; }
   int max_model_len() const { return max_model_len_; }
   const std::vector<int>& eos_token_ids() const { return eos_; }
@@ -139,6 +164,8 @@ class Engine {
   std::unique_ptr<BlockManager> blocks_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<TandemDecoder> tandem_;
+  bool tandem_on_ = false;
   std::unordered_map<int64_t, std::unique_ptr<Sequence>> seqs_;
   std::unordered_map<int64_t, std::unique_ptr<Decoder>> decoders_;
   int64_t next_request_ = 0, next_seq_ = 0;

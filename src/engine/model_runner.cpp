@@ -10,6 +10,7 @@
 
 #include "core/log.h"
 #include "engine/cuda_graph.h"
+#include "kernels/row_logprob.h"
 
 namespace grpo {
 
@@ -342,6 +343,25 @@ void ModelRunner::sample(const std::vector<RowSampling>& rows, std::vector<Sampl
       }
     }
   }
+}
+
+void ModelRunner::row_logprobs(const std::vector<int32_t>& ids, const std::vector<float>& temps,
+                               std::vector<float>& out) {
+  const int64_t R = int64_t(ids.size());
+  GRPO_CHECK(temps.size() == ids.size() && R <= opt_.max_num_seqs);
+  out.clear();
+  if (R == 0) return;
+  if (!d_given_ids_.defined()) {
+    const Device dev = ctx_.device();
+    d_given_ids_ = tensor_zeros(dev, DType::i32, {opt_.max_num_seqs});
+    d_given_temps_ = tensor_zeros(dev, DType::f32, {opt_.max_num_seqs});
+    d_given_lp_ = tensor_zeros(dev, DType::f32, {opt_.max_num_seqs});
+  }
+  upload(ctx_, d_given_ids_, ids, R);
+  upload(ctx_, d_given_temps_, temps, R);
+  Tensor lp = d_given_lp_.slice0(0, R);
+  logits_row_logprobs(ctx_, lp, d_logits_.slice0(0, R), d_given_ids_.slice0(0, R), d_given_temps_.slice0(0, R));
+  download(ctx_, out, lp, R);
 }
 
 }  // namespace grpo

@@ -48,6 +48,8 @@ struct Sequence {
   uint64_t rng_key = 0;
   std::vector<float> logprobs_raw, logprobs_processed;  // per completion token
   std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;
+  std::vector<uint8_t> model_mask;      // tandem decoding: per completion token, 1 = the trained model wrote it
+  std::vector<float> logprobs_trained;  // tandem decoding: the trained model's logprob of each completion token
   std::string text;                     // detokenized completion (stop strings cut)
   size_t text_checked = 0;              // bytes of text already scanned for stop strings
   double t_arrival = 0, t_first_scheduled = -1, t_first_token = -1, t_finished = -1;
