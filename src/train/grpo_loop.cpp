@@ -121,7 +121,8 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
   res.out_dir = r.out_dir;
   auto do_eval = [&](int64_t step) -> Status {
     if (r.eval_prompts.empty()) return ok_status();
-    auto ev = rollout_eval(*r.engine, *r.env, *r.rewards, r.eval_prompts, r.eval_params, uint64_t(cfg.rollout.seed));
+    auto ev = rollout_eval_solo_tandem(*r.engine, *r.env, *r.rewards, r.eval_prompts, r.eval_params,
+                                       uint64_t(cfg.rollout.seed), cfg.tandem.eval_tandem);
     if (!ev.ok()) return ev.status().with_context("eval at step " + std::to_string(step));
     r.engine->reset_prefix_cache();
     res.last_eval = ev.value();

@@ -78,6 +78,10 @@ struct GrpoLossConfig {
   float is_cap = 3.f;                   // C
   bool mask_truncated_completions = false;
   int max_completion_length = 256;      // dr_grpo's constant
+  // Tandem training (the llm-tandem-verl fork): the per-token weights also enter the
+  // token-count denominators, i.e. n_s, bnpo's Σ m_t and dapo's N_items count Σ m_t·w_t
+  // (a sum of 0 counts as 1); dr_grpo's constant and GSPO's mean log-ratio stay unweighted.
+  bool weights_in_denominator = false;
   Status validate() const;
 };
 

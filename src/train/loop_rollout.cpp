@@ -72,6 +72,8 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
   std::vector<float> totals(N);
   std::vector<double> fn_sum(rewards.size(), 0.0);
   double score_sum = 0, len_sum = 0, len_max = 0, n_trunc = 0;
+  double tandem_trained = 0, tandem_tokens = 0, tandem_switches = 0;
+  bool tandem = false;
   for (size_t i = 0; i < N; ++i) {
     Completion& c = b.completions[i];
     c.out = std::move(outs[i]);
@@ -90,6 +92,15 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
     len_max = std::max(len_max, len);
     n_trunc += c.truncated ? 1 : 0;
     b.n_completion_tokens += int64_t(len);
+    const auto& mm = c.out.model_mask;
+    if (!mm.empty()) {
+      tandem = true;
+      for (size_t t = 0; t < mm.size(); ++t) {
+        tandem_trained += mm[t];
+        tandem_switches += t > 0 && mm[t] != mm[t - 1];
+      }
+      tandem_tokens += double(mm.size());
+    }
   }
   AdvantageStats st;
   GRPO_ASSIGN_OR_RETURN(b.advantages, compute_advantages(totals, b.group_size, rc.scale, &st));
@@ -108,7 +119,18 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
   m.emplace_back("time/rollout", t1 - t0);
   m.emplace_back("time/reward", t2 - t1);
   m.emplace_back("rollout/tokens_per_s", t1 > t0 ? len_sum / (t1 - t0) : 0.0);
+  if (tandem) {
+    m.emplace_back("tandem/trained_token_frac", tandem_tokens > 0 ? tandem_trained / tandem_tokens : 0.0);
+    m.emplace_back("tandem/switches_per_completion", tandem_switches / dn);
+    m.emplace_back("tandem/partner_tokens", tandem_tokens - tandem_trained);
+  }
   return b;
+}
+
+std::vector<float> tandem_loss_weights(const std::vector<uint8_t>& model_mask, float partner_weight) {
+  std::vector<float> w(model_mask.size());
+  for (size_t t = 0; t < w.size(); ++t) w[t] = model_mask[t] ? 1.f : partner_weight;
+  return w;
 }
 
 Result<MetricList> rollout_eval(Engine& engine, const Environment& env, const RewardComposer& rewards,
@@ -133,6 +155,37 @@ Result<MetricList> rollout_eval(Engine& engine, const Environment& env, const Re
   m.emplace_back("eval/completion_length", len / dn);
   m.emplace_back("eval/n", double(outs.size()));
   m.emplace_back("eval/time", now_seconds() - t0);
+  return m;
+}
+
+Result<MetricList> rollout_eval_solo_tandem(Engine& engine, const Environment& env, const RewardComposer& rewards,
+                                            const std::vector<PreparedPrompt>& prompts, const SamplingParams& params,
+                                            uint64_t seed, bool tandem) {
+  if (!engine.has_tandem()) return rollout_eval(engine, env, rewards, prompts, params, seed);
+  GRPO_TRY(engine.set_tandem_active(false));
+  auto solo = rollout_eval(engine, env, rewards, prompts, params, seed);
+  GRPO_TRY(engine.set_tandem_active(true));
+  if (!solo.ok() || !tandem) return solo;
+  MetricList m = std::move(solo).value();
+  const double t0 = now_seconds();
+  std::vector<uint64_t> seeds(prompts.size());
+  for (size_t k = 0; k < seeds.size(); ++k) seeds[k] = rollout_seed_for(seed, -1, int64_t(k));
+  GRPO_ASSIGN_OR_RETURN(std::vector<RequestOutput> outs, engine_run_prompts(engine, prompts, params, seeds));
+  const size_t n = size_t(params.n);
+  double score = 0, reward = 0, len = 0, trained = 0;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const PreparedPrompt& pp = prompts[i / n];
+    score += env.score(pp.example, outs[i].text);
+    reward += rewards.compute(pp.text, outs[i].text, pp.example, telemetry_of(outs[i])).total;
+    len += double(outs[i].completion_ids.size());
+    for (uint8_t x : outs[i].model_mask) trained += x;
+  }
+  const double dn = double(std::max<size_t>(outs.size(), 1));
+  m.emplace_back("eval/tandem/accuracy", score / dn);
+  m.emplace_back("eval/tandem/reward", reward / dn);
+  m.emplace_back("eval/tandem/completion_length", len / dn);
+  m.emplace_back("eval/tandem/trained_token_frac", len > 0 ? trained / len : 0.0);
+  m.emplace_back("eval/tandem/time", now_seconds() - t0);
   return m;
 }
 

@@ -38,7 +38,10 @@ struct RolloutBatch {
   // before its first step on the batch, when the ratio needs them.
   std::vector<std::vector<float>> old_logp;
   int64_t n_completion_tokens = 0;
-  MetricList metrics;                   // reward/*, accuracy, completion/*, time/rollout, time/reward
+  // reward/*, accuracy, completion/*, time/rollout, time/reward; tandem rollouts add
+  // tandem/trained_token_frac, tandem/switches_per_completion, tandem/partner_tokens
+  // (reward/* and accuracy are then the tandem rollouts' rewards).
+  MetricList metrics;
 };
 
 uint64_t rollout_seed_for(uint64_t seed, int64_t generation, int64_t request);
@@ -69,5 +72,17 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
 Result<MetricList> rollout_eval(Engine& engine, const Environment& env, const RewardComposer& rewards,
                                 const std::vector<PreparedPrompt>& prompts, const SamplingParams& params,
                                 uint64_t seed);
+
+// Eval of a tandem engine: solo first (the trained model alone, the eval/* metrics of
+// rollout_eval), then, with `tandem`, the same prompts written in tandem as
+// eval/tandem/* (accuracy, reward, completion_length, trained_token_frac, time).
+// Leaves tandem decoding on. Without a tandem engine this is rollout_eval.
+Result<MetricList> rollout_eval_solo_tandem(Engine& engine, const Environment& env, const RewardComposer& rewards,
+                                            const std::vector<PreparedPrompt>& prompts, const SamplingParams& params,
+                                            uint64_t seed, bool tandem);
+
+// Tandem rollouts: the per-token loss weights w_t = m_t + (1 − m_t)·partner_weight of a
+// completion's model mask (1 = trained model's token).
+std::vector<float> tandem_loss_weights(const std::vector<uint8_t>& model_mask, float partner_weight);
 
 }  // namespace grpo

@@ -58,6 +58,7 @@ GrpoLossConfig loss_config(const RunConfig& cfg) {
   l.is_cap = float(cfg.train.importance_sampling_cap);
   l.mask_truncated_completions = cfg.train.mask_truncated_completions;
   l.max_completion_length = int(cfg.rollout.max_new_tokens);
+  l.weights_in_denominator = cfg.tandem.enabled;
   return l;
 }
 
@@ -85,6 +86,39 @@ EngineOptions engine_options(const LoopRun& r, size_t longest_prompt) {
   return eo;
 }
 
+// The frozen partner of tandem training: tandem.partner (or the initial policy again),
+// in the policy's dtype, checked against the policy (vocabulary, tokenizer, context).
+Result<EngineTandem> tandem_setup(LoopRun& r, const ContextOptions& co, DType dt, const EngineOptions& eo) {
+  const RunConfig& c = r.cfg;
+  auto pw = model_load(r.paths.tandem_partner, co.device, dt, r.ctx.get());
+  if (!pw.ok()) return pw.status().with_context("tandem.partner (" + r.paths.tandem_partner + ")");
+  r.partner = std::make_unique<ModelWeights>(std::move(pw).value());
+  const int max_len = eo.max_model_len > 0 ? eo.max_model_len : r.weights->config.max_position_embeddings;
+  GRPO_TRY(tandem_check_partner(r.weights->config, r.partner->config, max_len));
+  // Same vocabulary means the same token strings, not just the same count.
+  const fs::path pdir(r.paths.tandem_partner);
+  if (!c.tandem.partner.empty() && fs::exists(pdir / "tokenizer.json")) {
+    auto pt = Tokenizer::load(pdir.string());
+    if (!pt.ok()) return pt.status().with_context("tandem.partner tokenizer");
+    const int n = std::max(pt.value().vocab_size(), r.tok->vocab_size());
+    for (int id = 0; id < n; ++id)
+      if (pt.value().token_bytes(id) != r.tok->token_bytes(id))
+        return error_status("tandem.partner = \"" + c.tandem.partner + "\": its tokenizer differs from the run's at id " +
+                            std::to_string(id) + " (\"" + pt.value().token_bytes(id) + "\" vs \"" +
+                            r.tok->token_bytes(id) + "\"); tandem decoding needs one shared vocabulary");
+  }
+  GRPO_TRY(tandem_kv_blocks(r.weights->config, r.weights->dtype, r.partner->config, r.partner->dtype, eo).status());
+  EngineTandem et;
+  et.partner = r.partner.get();
+  et.opt.strategy = tandem_strategy_from_string(c.tandem.strategy).value();
+  et.opt.p_trained = c.tandem.p_trained;
+  et.opt.chunk_size = int(c.tandem.chunk_size);
+  et.opt.seed = uint64_t(c.tandem.seed);
+  if (et.opt.strategy == TandemStrategy::word) et.opt.token_flags = tandem_word_flags(*r.tok, r.weights->config.vocab_size);
+  GRPO_TRY(et.opt.validate(r.weights->config.vocab_size));
+  return et;
+}
+
 std::string tokenizer_dir(const std::string& p) {
   return fs::is_directory(p) ? p : fs::path(p).parent_path().string();
 }
@@ -106,6 +140,10 @@ Status write_run_files(const LoopRun& r, const PreparedPrompt* example) {
                  {"kv_cache_dtype", dtype_name(r.engine->kv_cache_dtype())},
                  {"kv_bytes", size_t(r.engine->n_kv_blocks()) * r.engine->kv_bytes_per_block()},
                  {"max_num_seqs", eo.max_num_seqs}, {"eos_token_ids", r.engine->eos_token_ids()}};
+  if (r.partner)
+    j["tandem"] = {{"partner", r.paths.tandem_partner}, {"partner_params", r.partner->config.n_params()},
+                   {"strategy", r.cfg.tandem.strategy}, {"p_trained", r.cfg.tandem.p_trained},
+                   {"partner_weight", r.cfg.tandem.partner_weight}};
   const TrainSection& t = r.cfg.train;
   j["loss"] = {{"type", loss_type_name(r.trainer.loss.loss_type)}, {"epsilon", t.epsilon},
                {"epsilon_high", t.epsilon_high > 0 ? t.epsilon_high : t.epsilon}, {"beta", t.beta},
@@ -125,8 +163,9 @@ Status write_run_files(const LoopRun& r, const PreparedPrompt* example) {
 
 std::vector<std::string> loop_plot_metrics(const MetricHistory& h) {
   std::vector<std::string> out;
-  for (const char* n : {"reward/mean", "eval/accuracy", "accuracy", "loss", "completion/mean_length", "entropy", "kl",
-                        "grad_norm", "clip_ratio", "logprob_mismatch/max", "eval/reward", "tokens/s"})
+  for (const char* n : {"reward/mean", "eval/accuracy", "eval/tandem/accuracy", "accuracy", "loss",
+                        "completion/mean_length", "entropy", "kl", "grad_norm", "clip_ratio", "logprob_mismatch/max",
+                        "eval/reward", "tandem/trained_token_frac", "tokens/s"})
     if (h.series().count(n)) out.push_back(n);
   return out;
 }
@@ -184,6 +223,7 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   t.sched.total_steps = cfg.train.steps;
   GRPO_TRY(t.sched.validate());
   t.micro_batch = int(cfg.train.micro_batch);
+  t.partner_weight = float(cfg.tandem.partner_weight);
   t.grad_accum = int(cfg.train.grad_accum);
   TrainModelOptions tmo;
   tmo.temperature = float(cfg.rollout.temperature);
@@ -253,7 +293,12 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
     GRPO_LOG_WARN("rollout.kv_cache_dtype = \"%s\": rollouts attend over FP8 keys/values but the trainer does not, so "
                   "their logprobs disagree more (logprob_mismatch/*); consider train.importance_sampling = "
                   "\"token_truncate\"", cfg.rollout.kv_cache_dtype.c_str());
-  r.engine = std::make_unique<Engine>(*r.ctx, *r.weights, r.tok.get(), eo);
+  if (cfg.tandem.enabled) {
+    GRPO_ASSIGN_OR_RETURN(EngineTandem et, tandem_setup(r, co, dt, eo));
+    r.engine = std::make_unique<Engine>(*r.ctx, *r.weights, r.tok.get(), eo, &et);
+  } else {
+    r.engine = std::make_unique<Engine>(*r.ctx, *r.weights, r.tok.get(), eo);
+  }
 
   SamplingParams& sp = r.rollout_cfg.params;
   sp.n = int(cfg.rollout.num_generations);

@@ -32,6 +32,10 @@ struct PolicyTrainer {
   LrSchedule sched;
   int micro_batch = 8;
   int grad_accum = 1;
+  // Tandem rollouts (completions with a model mask): partner tokens weigh partner_weight
+  // in the loss (tandem_loss_weights; loss.weights_in_denominator as the fork), and the
+  // rollout logprob the loss compares with is the trained model's, not the writer's.
+  float partner_weight = 0.2f;
 };
 
 // One optimizer step over completions [begin, end) of `batch`, as TRL's

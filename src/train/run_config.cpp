@@ -151,6 +151,13 @@ Status RunConfig::validate() const {
   c.require(!eval.early_stopping_metric.empty(), "eval.early_stopping_metric", eval.early_stopping_metric, "must not be empty");
   c.require(eval.early_stopping_min_delta >= 0, "eval.early_stopping_min_delta", eval.early_stopping_min_delta, "must be >= 0");
 
+  c.one_of("tandem.strategy", tandem.strategy, {"token", "chunk", "word"});
+  c.require(tandem.p_trained >= 0 && tandem.p_trained <= 1, "tandem.p_trained", tandem.p_trained, "must be in [0, 1]");
+  c.require(tandem.chunk_size >= 1, "tandem.chunk_size", tandem.chunk_size, "must be >= 1");
+  c.require(tandem.partner_weight >= 0, "tandem.partner_weight", tandem.partner_weight,
+            "must be >= 0 (0: partner tokens carry no loss; 1: as much as the trained model's)");
+  c.require(tandem.seed >= 0, "tandem.seed", tandem.seed, "must be >= 0");
+
   c.require(checkpoint.every >= 0, "checkpoint.every", checkpoint.every, "must be >= 0");
   c.require(checkpoint.keep_last >= 0, "checkpoint.keep_last", checkpoint.keep_last, "must be >= 0 (0 = keep all)");
   c.require(log.every >= 1, "log.every", log.every, "must be >= 1");
@@ -175,6 +182,15 @@ Result<RunPaths> run_config_resolve_paths(const RunConfig& cfg, const std::strin
   }
   p.tokenizer = cfg.model.tokenizer.empty() ? cfg.model.path : cfg.model.tokenizer;
   if (!cfg.model.tokenizer.empty()) GRPO_TRY(need("model.tokenizer", cfg.model.tokenizer));
+  if (cfg.tandem.enabled) {
+    if (!cfg.tandem.partner.empty()) {
+      GRPO_TRY(need("tandem.partner", cfg.tandem.partner));
+      if (!fs::exists(fs::path(cfg.tandem.partner) / "config.json"))
+        return error_status("tandem.partner = \"" + cfg.tandem.partner +
+                            "\": no config.json there (point it at a Hugging Face checkpoint directory)");
+    }
+    p.tandem_partner = cfg.tandem.partner.empty() ? p.model : cfg.tandem.partner;
+  }
   if (cfg.data.env == "gsm8k") {
     p.train_data = cfg.data.train_path.empty() ? (fs::path(data_root) / "data/gsm8k/train.jsonl").string() : cfg.data.train_path;
     p.eval_data = cfg.data.eval_path.empty() ? (fs::path(data_root) / "data/gsm8k/test.jsonl").string() : cfg.data.eval_path;

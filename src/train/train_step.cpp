@@ -110,14 +110,15 @@ Result<StepStats> grpo_train_step(Context& ctx, TrainModel& m, ModelWeights& w, 
   norm.n_micro = int(plan.size());
   norm.n_seqs_total = so.n_seqs_total > 0 ? so.n_seqs_total : int(samples.size());
   norm.dapo_num_items = so.dapo_num_items;
-  if (so.loss.loss_type == LossType::dapo && norm.dapo_num_items <= 0) {
+  if ((so.loss.loss_type == LossType::dapo || so.loss.loss_type == LossType::cispo) && norm.dapo_num_items <= 0) {
     double n = 0;  // masked completion tokens of the step, after truncation masking
     for (auto& s : samples) {
       if (so.loss.mask_truncated_completions && s.truncated) continue;
-      if (s.mask.empty()) n += double(s.completion.size());
-      else for (float x : s.mask) n += x;
+      const bool wden = so.loss.weights_in_denominator && !s.weights.empty();
+      for (size_t t = 0; t < s.completion.size(); ++t)
+        n += (s.mask.empty() ? 1.0 : double(s.mask[t])) * (wden ? double(s.weights[t]) : 1.0);
     }
-    norm.dapo_num_items = std::max(1.0, n);
+    norm.dapo_num_items = so.loss.weights_in_denominator ? (n > 0 ? n : 1.0) : std::max(1.0, n);
   }
   StepStats st;
   optimizer_zero_grad(ctx, opt);
