@@ -79,7 +79,7 @@ TEST(TrainConfig, PrintConfigShowsOverrides) {
 }
 
 TEST(TrainConfig, ExampleConfigsParse) {
-  for (const char* name : {"default.toml", "gsm8k-qwen2.5.toml"}) {
+  for (const char* name : {"default.toml", "gsm8k-qwen2.5.toml", "tandem.toml", "gsm8k-tandem-qwen2.5.toml"}) {
     const std::string p = std::string(GRPO_SOURCE_DIR) + "/examples/" + name;
     auto text = read_file(p);
     ASSERT_TRUE(text.ok()) << p;
