@@ -4,6 +4,10 @@
 #include <algorithm>
 #include <cmath>
 
+#ifdef GRPO_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
 #include "core/check.h"
 #include "engine/engine.h"
 #include "kernels/sampling.h"
@@ -130,7 +134,22 @@ TandemDecoder::TandemDecoder(Context& ctx, const ModelWeights& partner, ModelRun
     : w_(partner), opt_(std::move(opt)) {
   GRPO_CHECK_MSG(opt_.validate(partner.config.vocab_size).ok(), "TandemDecoder: invalid options (validate first)");
   if (ro.kv_dtype != DType::f8e4m3) ro.kv_dtype = partner.dtype;
-  partner_ = std::make_unique<ModelRunner>(ctx, partner, ro);
+  Context* pctx = &ctx;
+#ifdef GRPO_HAVE_CUDA
+  if (ctx.device() == Device::cuda) {
+    ContextOptions co;
+    co.device = Device::cuda;
+    GRPO_CHECK(cudaGetDevice(&co.cuda_device) == cudaSuccess);
+    co.n_threads = 1;
+    co.deterministic = ctx.deterministic();
+    // Inference only: cuBLASLt's share plus attention partials, which the kernels chunk
+    // to whatever is left (results do not depend on the chunking).
+    co.workspace_bytes = size_t(256) << 20;
+    own_ctx_ = std::make_unique<Context>(co);
+    pctx = own_ctx_.get();
+  }
+#endif
+  partner_ = std::make_unique<ModelRunner>(*pctx, partner, ro);
 }
 
 TandemDecoder::~TandemDecoder() = default;
@@ -140,8 +159,9 @@ void TandemDecoder::execute(ModelRunner& trained, const SchedulerOutput& step, c
   GRPO_CHECK(int(rows.size()) == step.n_sampled);
   out.clear();
   if (step.empty()) return;
-  // Both forwards write their own pools at the same slots; then both sample with
-  // the same keys and counters (each sampler reads only its own logits).
+  // Both forwards write their own pools at the same slots (on CUDA on two streams,
+  // overlapping); then both sample with the same keys and counters (each sampler
+  // reads only its own logits and waits for its own stream).
   trained.forward(step);
   partner_->forward(step);
   trained.sample_rows(rows, out);

@@ -10,6 +10,9 @@
 // emitted (the owner). The row records the owner, the owner's logprobs and the
 // trained model's logprob of the emitted token under log_softmax(z / T) (what
 // the trainer recomputes).
+// On CUDA the partner runs on a context of its own (its own stream, handles and a
+// smaller workspace), so its forward overlaps the trained model's on the GPU;
+// each runner captures its own decode graphs, so CUDA graphs cover both forwards.
 //
 // Owner of completion token i (u_i = uniform draws from tandem_key(seed, rng_key),
 // "draw(x)" = [u(x) < p_trained], so p_trained = 1 always picks the trained model
@@ -101,6 +104,7 @@ class TandemDecoder {
  private:
   const ModelWeights& w_;
   TandemOptions opt_;
+  std::unique_ptr<Context> own_ctx_;  // CUDA: the partner's stream; null on the CPU (shares the caller's)
   std::unique_ptr<ModelRunner> partner_;
   std::vector<SampledRow> rows_partner_;
   std::vector<int32_t> ids_;
