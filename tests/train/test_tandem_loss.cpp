@@ -3,15 +3,20 @@
 // token-count denominators (the llm-tandem-verl fork), against an independent
 // stdlib reimplementation with dual-number gradients:
 // tests/fixtures/grpo/tandem_loss.json from tools/ref/make_tandem_loss_fixtures.py.
-// Also: the weighted step gives the same gradients however it is split into
-// micro-batches (dapo's N_items and grpo's per-sequence counts are weighted).
+// End to end: the same loss through a real model against PyTorch autograd
+// (tests/fixtures/grpo/<arch>/tandem_cases.json from tools/ref/make_tandem_grpo_fixture.py,
+// run on the GPU machine; skipped until it exists). Also: the weighted step gives the
+// same gradients however it is split into micro-batches.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "model/arch.h"
+#include "model/checkpoint.h"
 #include "train/grpo_loss.h"
 #include "train/loop_rollout.h"
 #include "train/train_step.h"
@@ -151,3 +156,100 @@ TEST(TandemLoss, WeightedStepIsTheSameForAnyMicroBatching) {
                  std::string("tandem micro-batching ") + loss_type_name(lt));
   }
 }
+
+namespace {
+
+void run_e2e(const std::string& arch) {
+  const std::string dir = std::string(GRPO_SOURCE_DIR) + "/tests/fixtures/grpo/" + arch;
+  if (!std::filesystem::exists(dir + "/tandem_cases.json"))
+    GTEST_SKIP() << dir << "/tandem_cases.json is missing: run python3 tools/ref/make_tandem_grpo_fixture.py "
+                           "(torch + transformers)";
+  Context ctx;
+  auto wr = model_load(dir, Device::cpu, DType::f32, &ctx);
+  ASSERT_TRUE(wr.ok()) << wr.status().message();
+  ModelWeights w = std::move(wr).value();
+  json fx, tx;
+  std::ifstream(dir + "/cases.json") >> fx;
+  std::ifstream(dir + "/tandem_cases.json") >> tx;
+  const json& B = fx.at("batch");
+  std::vector<std::vector<int32_t>> seqs;
+  std::vector<int32_t> plens;
+  for (size_t s = 0; s < B.at("prompts").size(); ++s) {
+    std::vector<int32_t> q = B["prompts"][s].get<std::vector<int32_t>>();
+    plens.push_back(int32_t(q.size()));
+    for (int32_t t : B["completions"][s].get<std::vector<int32_t>>()) q.push_back(t);
+    seqs.push_back(q);
+  }
+  auto br = train_batch_build(ctx, seqs, plens, w.config.vocab_size);
+  ASSERT_TRUE(br.ok()) << br.status().message();
+  const TrainBatch& b = *br;
+  const int64_t Tc = b.n_completion;
+  const std::vector<float> old = floats(B, "old_logp"), ref = floats(B, "ref_logp"),
+                           adv = floats(fx.at("advantages"), "group");
+  std::vector<uint8_t> trunc, model_mask;
+  for (auto& x : B["truncated"]) trunc.push_back(x.get<bool>());
+  for (auto& x : tx.at("model_mask")) model_mask.push_back(uint8_t(x.get<int>()));
+  ASSERT_EQ(int64_t(model_mask.size()), Tc);
+  TrainModel m;
+  Tensor lp_t = tensor_empty(Device::cpu, DType::f32, {Tc});
+  const auto specs = arch_tensors(w.config);
+  for (const json& cs : tx.at("cases")) {
+    const std::string what = arch + "/" + cs.at("name").get<std::string>();
+    SCOPED_TRACE(what);
+    const json& c = cs.at("config");
+    GrpoLossConfig cfg;
+    cfg.loss_type = loss_type_from_string(c.at("loss_type").get<std::string>()).value();
+    cfg.beta = c.at("beta").get<float>();
+    cfg.epsilon = c.at("eps").get<float>();
+    cfg.epsilon_high = c.at("eps_high").get<float>();
+    cfg.mask_truncated_completions = c.at("mask_truncated").get<bool>();
+    cfg.max_completion_length = B.at("max_completion_length").get<int>();
+    cfg.weights_in_denominator = true;
+    const std::vector<float> wts = tandem_loss_weights(model_mask, c.at("partner_weight").get<float>());
+    train_model_forward(ctx, m, w, b, lp_t, nullptr, true);
+    const std::vector<float> logp = tensor_to_f32(lp_t);
+    GrpoLossInput in;
+    in.seq_offsets = b.completion_offsets;
+    in.logp = logp;
+    in.advantages = adv;
+    in.old_logp = old;
+    in.ref_logp = ref;
+    in.weights = wts;
+    in.truncated = trunc;
+    ASSERT_TRUE(grpo_loss_check(cfg, in).ok());
+    const GrpoLossOutput out = grpo_loss(cfg, in, GrpoLossNorm{});
+    const double lref = cs.at("loss").get<double>();
+    EXPECT_NEAR(out.loss, lref, 1e-6 + 1e-4 * std::fabs(lref)) << "loss";
+    const std::vector<float> dref = floats(cs, "dlogp");
+    expect_close(out.dlogp.data(), dref.data(), Tc, 1e-7, 1e-4, what + " dlogp");
+    ModelWeights g = zero_grads(w.config);
+    Tensor d = tensor_from_f32(Device::cpu, DType::f32, out.dlogp, {Tc});
+    train_model_backward(ctx, m, w, b, d, g);
+    for (const HfTensorSpec& s : specs) {
+      const json& ps = cs.at("params").at(s.name);
+      const Tensor v = arch_view(g, s);
+      const float* gp = v.ptr<float>();
+      double norm = 0, probe = 0;
+      for (int64_t i = 0; i < v.numel(); ++i) {
+        norm += double(gp[i]) * gp[i];
+        probe += double(gp[i]) * std::sin(0.7 * double(i) + 0.3);
+      }
+      norm = std::sqrt(norm);
+      const double nref = ps.at("norm").get<double>();
+      EXPECT_NEAR(norm, nref, 1e-4 * nref + 1e-9) << s.name << " gradient norm";
+      EXPECT_NEAR(probe, ps.at("probe_dot").get<double>(), 1e-4 * ps.at("probe_abs").get<double>() + 1e-9)
+          << s.name << " gradient probe";
+      for (const json& smp : ps.at("samples")) {
+        const int64_t i = smp[0].get<int64_t>();
+        ASSERT_LT(i, v.numel());
+        EXPECT_NEAR(gp[i], smp[1].get<double>(), 1e-4 * std::fabs(smp[1].get<double>()) + 1e-5 * nref)
+            << s.name << "[" << i << "]";
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST(TandemLoss, EndToEndGradientsMatchPyTorchLlama) { run_e2e("llama"); }
+TEST(TandemLoss, EndToEndGradientsMatchPyTorchQwen3) { run_e2e("qwen3"); }
