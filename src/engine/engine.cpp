@@ -26,6 +26,7 @@ Status EngineOptions::validate() const {
   if (max_model_len < 0) return bad("max_model_len must be >= 0 (0 = the model's)");
   if (kv_cache_dtype != "auto" && kv_cache_dtype != "fp8" && kv_cache_dtype != "fp8_e4m3")
     return bad("kv_cache_dtype = \"" + kv_cache_dtype + "\": must be auto (the model's dtype) or fp8 (alias fp8_e4m3)");
+  GRPO_TRY(speculative.validate());
   return ok_status();
 }
 
@@ -56,10 +57,17 @@ Result<int> engine_kv_blocks(const ModelConfig& cfg, DType model_dtype, const En
   return int(std::min<size_t>(n, size_t(1) << 30));
 }
 
-Engine::Engine(Context& ctx, ModelWeights& w, const Tokenizer* tok, EngineOptions opt, const EngineTandem* tandem)
+Engine::Engine(Context& ctx, ModelWeights& w, const Tokenizer* tok, EngineOptions opt, const EngineTandem* tandem,
+               const ModelWeights* draft)
     : ctx_(ctx), w_(w), tok_(tok), opt_(std::move(opt)) {
   GRPO_CHECK_MSG(!tandem || tandem->partner, "engine: a tandem setup needs its partner weights");
-  auto n_blocks = tandem ? tandem_kv_blocks(w.config, w.dtype, tandem->partner->config, tandem->partner->dtype, opt_)
+  const SpeculativeOptions& spec = opt_.speculative;
+  GRPO_CHECK_MSG(!(tandem && spec.enabled()), "engine: speculative decoding and tandem decoding cannot be combined");
+  GRPO_CHECK_MSG((spec.method == SpecMethod::draft) == (draft != nullptr),
+                 "engine: speculative method \"draft\" needs the draft weights (and only it takes them)");
+  const ModelWeights* second = tandem ? tandem->partner : draft;
+  // The draft's pool is a second pool in the same block tables, sized like the tandem partner's.
+  auto n_blocks = second ? tandem_kv_blocks(w.config, w.dtype, second->config, second->dtype, opt_)
                          : engine_kv_blocks(w.config, w.dtype, opt_);
   GRPO_CHECK_MSG(n_blocks.ok(), n_blocks.status().message().c_str());
   const DType kv_dtype = engine_kv_cache_dtype(w.config, w.dtype, opt_).value();  // checked by engine_kv_blocks
@@ -82,7 +90,15 @@ Engine::Engine(Context& ctx, ModelWeights& w, const Tokenizer* tok, EngineOption
   ro.kv_dtype = kv_dtype;
   ro.use_cuda_graphs = opt_.use_cuda_graphs;
   ro.graph_max_context = opt_.cuda_graph_max_context;
+  if (spec.enabled()) ro.max_logit_rows = opt_.max_num_seqs * (spec.num_speculative_tokens + 1);
   runner_ = std::make_unique<ModelRunner>(ctx_, w_, ro);
+  if (spec.enabled()) adapt_ = std::make_unique<SpecAdaptive>(spec.num_speculative_tokens, spec.probe_every);
+  if (draft) {
+    const Status ok = spec_check_draft(w.config, draft->config, max_model_len_);
+    GRPO_CHECK_MSG(ok.ok(), ok.message().c_str());
+    draft_ = std::make_unique<SpecDraft>(ctx_, *draft, ro);
+    draft_->fit = &adapt_->draft;
+  }
   if (tandem) {
     const Status ok = tandem_check_partner(w.config, tandem->partner->config, max_model_len_);
     GRPO_CHECK_MSG(ok.ok(), ok.message().c_str());
@@ -150,7 +166,8 @@ Result<int64_t> Engine::add_request(std::vector<int32_t> prompt_ids, const Sampl
   return rid;
 }
 
-RowSampling Engine::row_sampling(const Sequence& s) const {
+RowSampling Engine::row_sampling(const Sequence& s, int at) const {
+  if (at < 0) at = s.n_completion();
   const SamplingParams& p = s.params;
   RowSampling r;
   r.temperature = p.temperature;
@@ -158,8 +175,8 @@ RowSampling Engine::row_sampling(const Sequence& s) const {
   r.top_k = p.top_k;
   r.min_p = p.min_p;
   r.rng_key = s.rng_key;
-  r.rng_pos = uint64_t(s.n_completion());
-  if (s.n_completion() < p.min_tokens) {
+  r.rng_pos = uint64_t(at);
+  if (at < p.min_tokens) {
     r.banned.assign(eos_.begin(), eos_.end());
     r.banned.insert(r.banned.end(), p.stop_token_ids.begin(), p.stop_token_ids.end());
   }
@@ -169,6 +186,7 @@ RowSampling Engine::row_sampling(const Sequence& s) const {
 }
 
 std::vector<RequestOutput> Engine::step() {
+  if (opt_.speculative.enabled()) return step_speculative();
   std::vector<RequestOutput> done;
   SchedulerOutput out = scheduler_->schedule();
   if (out.empty() && !out.preempted.empty()) out = scheduler_->schedule();  // admissions wait a pass after preemption
@@ -196,6 +214,7 @@ std::vector<RequestOutput> Engine::step() {
     if (!ss.sample) continue;
     Sequence& s = *ss.seq;
     if (s.n_completion() == 0) stats_.prefix_hit_tokens += s.prefix_hit_tokens;
+    ++s.engine_steps;
     on_token(s, sampled[r++], now);
     ++stats_.tokens_generated;
     if (s.finish != FinishReason::none) done.push_back(finish_output(s, s.finish, now));
@@ -273,6 +292,12 @@ RequestOutput Engine::finish_output(Sequence& s, FinishReason reason, double now
   tm.prefix_hit_tokens = s.prefix_hit_tokens;
   tm.n_preemptions = s.n_preemptions;
   tm.peak_kv_bytes = size_t(s.peak_blocks) * runner_->kv_bytes_per_block();
+  tm.spec_proposed = s.spec_proposed;
+  tm.spec_accepted = s.spec_accepted;
+  tm.spec_acceptance_rate = s.spec_proposed > 0 ? double(s.spec_accepted) / double(s.spec_proposed) : 0.0;
+  tm.spec_accepted_by_pos = std::move(s.spec_accepted_by_pos);
+  tm.spec_proposed_by_pos = std::move(s.spec_proposed_by_pos);
+  tm.engine_steps = s.engine_steps;
   seqs_.erase(s.seq_id);  // s is dangling from here
   return o;
 }

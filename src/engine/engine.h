@@ -25,6 +25,7 @@
 #include "engine/sampling_params.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "engine/speculative.h"
 #include "engine/tandem.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
@@ -49,6 +50,7 @@ struct EngineOptions {
   // nearest even on write with scale 1.0 (values beyond ±448 saturate). Halves
   // (bf16) or quarters (f32) the KV memory and reads; needs head_dim % 16 == 0.
   std::string kv_cache_dtype = "auto";
+  SpeculativeOptions speculative;              // [engine.speculative] (engine/speculative.h)
   Status validate() const;
 };
 
@@ -70,6 +72,13 @@ struct RequestTelemetry {
   int prefix_hit_tokens = 0;  // prompt tokens served by the prefix cache at admission
   int n_preemptions = 0;
   size_t peak_kv_bytes = 0;   // most KV bytes referenced at once (shared blocks included)
+  // Speculative decoding (engine/speculative.h); zeros without it. spec_accepted counts
+  // emitted drafts; by_pos[j] counts draft position j (0-based) proposed / accepted.
+  int64_t spec_proposed = 0;
+  int64_t spec_accepted = 0;
+  double spec_acceptance_rate = 0;  // spec_accepted / spec_proposed (0 when nothing was proposed)
+  std::vector<int64_t> spec_accepted_by_pos, spec_proposed_by_pos;
+  int64_t engine_steps = 0;   // engine steps that emitted tokens of this sample (plain decoding: one per token)
 };
 
 struct RequestOutput {
@@ -100,6 +109,8 @@ struct EngineStats {
   int64_t graph_replays = 0;
   int64_t tandem_trained_tokens = 0;  // tandem: completion tokens the trained model wrote
   int64_t tandem_partner_tokens = 0;  // tandem: completion tokens the partner wrote
+  int64_t spec_steps = 0;             // speculative: steps that verified drafts
+  int64_t spec_proposed = 0, spec_accepted = 0;
 };
 
 // A frozen partner for tandem decoding (engine/tandem.h). The partner's weights must
@@ -113,7 +124,10 @@ class Engine {
  public:
   // Precondition: opt.validate() is ok (checked). `tok` may be null (no text, no stop strings).
   // With `tandem`, both pools share the KV budget (tandem_kv_blocks) and tandem decoding is on.
-  Engine(Context& ctx, ModelWeights& w, const Tokenizer* tok, EngineOptions opt, const EngineTandem* tandem = nullptr);
+  // With opt.speculative.method == draft, `draft` is the draft model (same vocabulary; it
+  // must outlive the engine); both pools then share the KV budget. Not with tandem.
+  Engine(Context& ctx, ModelWeights& w, const Tokenizer* tok, EngineOptions opt, const EngineTandem* tandem = nullptr,
+         const ModelWeights* draft = nullptr);
   ~Engine();
 
   // Queues a prompt with params.n samples; returns the request id. Errors name the
@@ -142,7 +156,8 @@ class Engine {
   int n_free_kv_blocks() const { return blocks_->n_free(); }
   // All layers, K and V, real bytes (tandem: the trained pool's plus the partner's).
   size_t kv_bytes_per_block() const {
-    return runner_->kv_bytes_per_block() + (tandem_ ? tandem_->kv_bytes_per_block() : 0);
+    return runner_->kv_bytes_per_block() + (tandem_ ? tandem_->kv_bytes_per_block() : 0) +
+           (draft_ ? draft_->kv_bytes_per_block() : 0);
   }
   DType kv_cache_dtype() const { return runner_->options().kv_dtype; }
   int max_model_len() const { return max_model_len_; }
@@ -152,7 +167,9 @@ class Engine {
   struct Decoder;
   Status check_request(const std::vector<int32_t>& prompt_ids, const SamplingParams& params) const;
   void on_token(Sequence& s, const SampledRow& row, double now);
-  RowSampling row_sampling(const Sequence& s) const;
+  // at: the completion index being sampled (-1: the next one).
+  RowSampling row_sampling(const Sequence& s, int at = -1) const;
+  std::vector<RequestOutput> step_speculative();  // engine/speculative_engine.cpp
   RequestOutput finish_output(Sequence& s, FinishReason reason, double now);
 
   Context& ctx_;
@@ -166,6 +183,8 @@ class Engine {
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<TandemDecoder> tandem_;
   bool tandem_on_ = false;
+  std::unique_ptr<SpecDraft> draft_;
+  std::unique_ptr<SpecAdaptive> adapt_;
   std::unordered_map<int64_t, std::unique_ptr<Sequence>> seqs_;
   std::unordered_map<int64_t, std::unique_ptr<Decoder>> decoders_;
   int64_t next_request_ = 0, next_seq_ = 0;

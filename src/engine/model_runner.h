@@ -39,6 +39,7 @@ struct ModelRunnerOptions {
   bool use_cuda_graphs = false;       // decode steps on CUDA only
   std::vector<int> graph_batch_sizes; // empty: 1, 2, 4, 8, then multiples of 8 up to max_num_seqs
   int graph_max_context = 0;          // graphs serve decode steps whose contexts fit this (0: min(max_model_len, 2048))
+  int max_logit_rows = 0;             // logits rows per step at most (0: max_num_seqs; speculative verify needs more)
 };
 
 // Sampling settings of one logits row (host side).
@@ -99,6 +100,7 @@ class ModelRunner {
   ModelRunnerOptions opt_;
   int max_blocks_per_seq_ = 0;
   int max_T_ = 0;
+  int max_R_ = 0;  // logits / sampling rows per step at most
   KVCache cache_;
   RopeTable rope_;
   ForwardScratch scratch_;
