@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/engine_flags.h"
 #include "core/context.h"
 #include "core/log.h"
 #include "core/timer.h"
@@ -31,6 +32,7 @@ struct Args {
   std::vector<int> stop_ids;
   double kv_cache_mb = 256;
   int block_size = 16, max_num_seqs = 64, max_batched_tokens = 2048, max_model_len = 0, threads = 0;
+  cli::SpecFlags spec;
 };
 
 Result<std::vector<int32_t>> parse_ids(const std::string& s) {
@@ -117,8 +119,14 @@ int run(const Args& a) {
   eo.enable_prefix_caching = !a.no_prefix_cache;
   eo.use_cuda_graphs = a.cuda_graphs;
   eo.kv_cache_dtype = a.kv_cache_dtype;
+  auto spec = cli::spec_options_from_flags(a.spec);
+  if (!spec.ok()) return cli::fail(cmd, spec.status().message());
+  eo.speculative = spec.value();
   auto n_blocks = engine_kv_blocks(w.value().config, dt, eo);
   if (!n_blocks.ok()) return cli::fail(cmd, n_blocks.status().message());
+  const int ctx_len = a.max_model_len > 0 ? a.max_model_len : w.value().config.max_position_embeddings;
+  auto draft = cli::spec_load_draft(eo.speculative, w.value().config, ctx_len, ctx, dt);
+  if (!draft.ok()) return cli::fail(cmd, draft.status().message());
 
   SamplingParams p;
   p.temperature = a.temperature;
@@ -136,7 +144,7 @@ int run(const Args& a) {
   Status ps = p.validate(w.value().config.vocab_size);
   if (!ps.ok()) return cli::fail(cmd, ps.message());
 
-  Engine eng(ctx, w.value(), tok.get(), eo);
+  Engine eng(ctx, w.value(), tok.get(), eo, nullptr, draft.value().get());
   const double t0 = now_seconds();
   auto out = eng.generate({prompt.value()}, p);
   if (!out.ok()) return cli::fail(cmd, out.status().message());
@@ -165,6 +173,13 @@ int run(const Args& a) {
               prompt.value().size(), (long long)n_gen, dt_s, dt_s > 0 ? double(n_gen) / dt_s : 0.0, ttft * 1e3,
               (long long)eng.stats().prefix_hit_tokens, eng.n_kv_blocks(), a.block_size, device_name(co.device),
               dtype_name(dt), dtype_name(eng.kv_cache_dtype()));
+  if (eo.speculative.enabled())
+    std::printf("[generate] speculative %s: %lld drafts proposed, %lld accepted (%.1f%%), %lld engine steps\n",
+                spec_method_name(eo.speculative.method), (long long)eng.stats().spec_proposed,
+                (long long)eng.stats().spec_accepted,
+                eng.stats().spec_proposed ? 100.0 * double(eng.stats().spec_accepted) / double(eng.stats().spec_proposed)
+                                          : 0.0,
+                (long long)eng.stats().steps);
   return 0;
 }
 
@@ -201,6 +216,7 @@ cli::CommandRegistrar reg("generate", "Generate completions for a prompt with th
   sub->add_option("--max-batched-tokens", a->max_batched_tokens, "Tokens per step at most (chunked prefill)");
   sub->add_option("--max-model-len", a->max_model_len, "Context length (0 = the model's)");
   sub->add_flag("--no-prefix-cache", a->no_prefix_cache, "Disable prefix caching");
+  cli::add_spec_flags(sub, &a->spec);
   sub->add_flag("--cuda-graphs", a->cuda_graphs, "Capture decode steps in CUDA graphs (cuda only)");
   sub->add_flag("--deterministic", a->deterministic, "Batch-invariant kernels");
   sub->add_option("--threads", a->threads, "CPU threads (0 = all)");
