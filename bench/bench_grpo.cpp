@@ -9,11 +9,18 @@
 // in the same run, the weight-read + 6·N·tokens floor, and the rollout-vs-trainer
 // logprob mismatch on the same batch (max / mean |Δ|, k3 KL). Writes
 // bench/results/grpo_step-<preset>.json and train_step-<preset>.json
-// (DESIGN.md section 6); bench/run_gpu_bench.sh adds the PyTorch peer. With
+// (format: CONTRIBUTING.md); tools/device/gpu_run.sh adds the PyTorch peer. With
 // --kv-cache-dtype fp8 the engine keeps an FP8 E4M3 KV cache (the mismatch line then
 // shows what that costs in sampler/trainer agreement) and the files get a -kvfp8 suffix.
+//
+// --config RUN.toml [--set k=v ...] [--steps S] instead runs `grpo train`'s own setup
+// (train/loop_setup.h: model, data, rewards, [engine], trainer from the config) and
+// times the loop's step (rollout_generate, policy_train_step, prefix-cache reset), so
+// the figure is the one `grpo train` gets; see examples/bench-*.toml and
+// tools/device/step_compare.sh. Writes bench/results/loop_step-<config stem>.json.
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <ctime>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -23,9 +30,11 @@
 #include "bench_util.h"
 #include "core/timer.h"
 #include "engine/engine.h"
+#include "engine/engine_config.h"
 #include "kernels/linear.h"
 #include "model/presets.h"
 #include "model/train_model.h"
+#include "train/loop_setup.h"
 #include "train/optimizer.h"
 #include "train/train_step.h"
 
@@ -58,6 +67,105 @@ double matmul_rate(Context& ctx) {
   return 2.0 * double(n) * n * n * 10 / (now_seconds() - t0);
 }
 
+double metric_of(const MetricList& m, const std::string& name) {
+  for (const auto& kv : m)
+    if (kv.first == name) return kv.second;
+  return 0.0;
+}
+
+// The loop's step from a run config: what `grpo train CONFIG` runs, without its logging.
+int run_config_bench(const std::string& config_path, const std::vector<std::string>& sets, int steps,
+                     const std::string& out_dir) {
+  auto cfg = run_config_load(config_path, sets);
+  if (!cfg.ok()) {
+    std::fprintf(stderr, "bench_grpo: %s\n", cfg.status().message().c_str());
+    return 1;
+  }
+  if (steps <= 0) steps = int(cfg->train.steps);
+  cfg->train.steps = std::max<int64_t>(cfg->train.steps, steps);
+  TrainLoopOptions lo;
+  lo.out_dir = cfg->run.output_dir + "-bench";
+  std::error_code ec;
+  std::filesystem::remove_all(lo.out_dir, ec);  // loop_setup refuses a directory that holds checkpoints
+  auto setup = loop_setup(cfg.value(), lo);
+  if (!setup.ok()) {
+    std::fprintf(stderr, "bench_grpo: %s\n", setup.status().message().c_str());
+    return 1;
+  }
+  LoopRun& r = *setup.value();
+  const EngineOptions& eo = r.engine->options();
+  std::printf("engine: %d KV blocks of %d (%.2f GiB), max_num_seqs %d, max_num_batched_tokens %d, cuda graphs %s\n",
+              r.engine->n_kv_blocks(), eo.block_size,
+              double(size_t(r.engine->n_kv_blocks()) * r.engine->kv_bytes_per_block()) / double(1ull << 30),
+              eo.max_num_seqs, eo.max_num_batched_tokens, eo.use_cuda_graphs ? "on" : "off");
+  const bool use_old = cfg->train.num_iterations > 1 || cfg->train.steps_per_generation > 1;
+  std::vector<double> step_s, rollout_s, train_s;
+  nlohmann::json last;
+  for (int step = 0; step < steps; ++step) {
+    const double t0 = now_seconds();
+    std::vector<PreparedPrompt> prompts;
+    for (size_t i : r.cursor->next(size_t(cfg->rollout.prompts_per_step))) {
+      auto p = prompt_prepare(r.format, *r.tok, r.env->example(Split::train, i));
+      if (!p.ok()) {
+        std::fprintf(stderr, "bench_grpo: %s\n", p.status().message().c_str());
+        return 1;
+      }
+      prompts.push_back(std::move(p).value());
+    }
+    auto b = rollout_generate(*r.engine, *r.env, *r.rewards, std::move(prompts), r.rollout_cfg, step);
+    if (!b.ok()) {
+      std::fprintf(stderr, "bench_grpo: %s\n", b.status().message().c_str());
+      return 1;
+    }
+    r.ctx->synchronize();
+    const double t1 = now_seconds();
+    auto tm = policy_train_step(r.trainer, b.value(), 0, b->completions.size(), use_old);
+    if (!tm.ok()) {
+      std::fprintf(stderr, "bench_grpo: %s\n", tm.status().message().c_str());
+      return 1;
+    }
+    r.engine->reset_prefix_cache();
+    r.ctx->synchronize();
+    const double t2 = now_seconds();
+    step_s.push_back(t2 - t0);
+    rollout_s.push_back(t1 - t0);
+    train_s.push_back(t2 - t1);
+    const double gen = double(b->n_completion_tokens);
+    std::printf("step %d: rollout %.3f s (%.0f tok/s, prefix hits %.0f tokens)  train %.3f s  total %.3f s\n", step,
+                t1 - t0, gen / (t1 - t0), metric_of(b->metrics, "rollout/prefix_hit_tokens"), t2 - t1, t2 - t0);
+    last = {{"generated_tokens", gen}, {"rollout_tokens_per_s", gen / (t1 - t0)},
+            {"prefix_hit_tokens", metric_of(b->metrics, "rollout/prefix_hit_tokens")},
+            {"logprob_mismatch_max", metric_of(tm.value(), "logprob_mismatch/max")},
+            {"grad_norm", metric_of(tm.value(), "grad_norm")}};
+  }
+  // The first step pays one-time costs (trainer buffers, allocator warm-up): report the mean of the others.
+  auto mean_after_first = [](const std::vector<double>& v) {
+    if (v.size() < 2) return v.empty() ? 0.0 : v[0];
+    double s = 0;
+    for (size_t i = 1; i < v.size(); ++i) s += v[i];
+    return s / double(v.size() - 1);
+  };
+  last["seconds"] = mean_after_first(step_s);
+  last["rollout_s"] = mean_after_first(rollout_s);
+  last["train_s"] = mean_after_first(train_s);
+  last["first_step_s"] = step_s.empty() ? 0.0 : step_s[0];
+  std::printf("mean of steps 1..%d: step %.3f s (rollout %.3f s, train %.3f s)\n", steps - 1,
+              last["seconds"].get<double>(), last["rollout_s"].get<double>(), last["train_s"].get<double>());
+  const std::string stem = std::filesystem::path(config_path).stem().string();
+  std::string cmdline = "bench_grpo --config " + config_path;
+  for (const auto& x : sets) cmdline += " --set " + x;
+  nlohmann::json conf = run_config_to_json(r.cfg);
+  conf["engine_resolved"] = {{"n_kv_blocks", r.engine->n_kv_blocks()}, {"block_size", eo.block_size},
+                             {"max_num_seqs", eo.max_num_seqs}, {"max_num_batched_tokens", eo.max_num_batched_tokens},
+                             {"cuda_graphs", eo.use_cuda_graphs}, {"kv_dtype", dtype_name(r.engine->kv_cache_dtype())}};
+  nlohmann::json j = {{"bench", "loop_step"}, {"date", today()}, {"device", device_name(r.ctx->device())},
+                      {"command", cmdline}, {"config", conf}, {"metrics", last}};
+  const std::string path = out_dir + "/loop_step-" + stem + ".json";
+  std::ofstream(path) << j.dump(2) << "\n";
+  std::printf("wrote %s\n", path.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -65,6 +173,9 @@ int main(int argc, char** argv) {
   int n_prompts = 8, group = 8, prompt_len = 128, new_tokens = 512, micro_tokens = 16384, steps = 2;
   double kv_gb = 16;
   bool recompute = false, graphs = true;
+  std::string config_path;
+  std::vector<std::string> sets;
+  bool steps_given = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -75,7 +186,9 @@ int main(int argc, char** argv) {
     else if (a == "--prompt-len") prompt_len = std::stoi(next());
     else if (a == "--new") new_tokens = std::stoi(next());
     else if (a == "--micro-tokens") micro_tokens = std::stoi(next());
-    else if (a == "--steps") steps = std::stoi(next());
+    else if (a == "--steps") steps = std::stoi(next()), steps_given = true;
+    else if (a == "--config") config_path = next();
+    else if (a == "--set") sets.push_back(next());
     else if (a == "--kv-gb") kv_gb = std::stod(next());
     else if (a == "--kv-cache-dtype") kv_cache_dtype = next();
     else if (a == "--recompute") recompute = true;
@@ -84,10 +197,12 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr, "usage: bench_grpo [--preset P] [--device cuda|cpu] [--prompts B] [--group G] "
                            "[--prompt-len P] [--new N] [--micro-tokens T] [--steps S] [--kv-gb G] "
-                           "[--kv-cache-dtype auto|fp8] [--recompute] [--no-graphs]\n");
+                           "[--kv-cache-dtype auto|fp8] [--recompute] [--no-graphs]\n"
+                           "       bench_grpo --config RUN.toml [--set key=value ...] [--steps S] [--out-dir DIR]\n");
       return 2;
     }
   }
+  if (!config_path.empty()) return run_config_bench(config_path, sets, steps_given ? steps : 0, out_dir);
   auto cfg = preset_config(preset);
   if (!cfg.ok()) {
     std::fprintf(stderr, "bench_grpo: %s\n", cfg.status().message().c_str());
@@ -100,12 +215,23 @@ int main(int argc, char** argv) {
   double flops_rate = matmul_rate(ctx);
   size_t used0 = device_used_bytes();
   ModelWeights w = weights_random(*cfg, co.device, dt, 1234, &ctx);
-  EngineOptions eo;
-  eo.kv_cache_bytes = size_t(kv_gb * double(1ull << 30));
-  eo.max_num_seqs = n_prompts * group;
-  eo.max_num_batched_tokens = std::max(8192, n_prompts * group);
-  eo.use_cuda_graphs = graphs && co.device == Device::cuda;
-  eo.kv_cache_dtype = kv_cache_dtype;
+  EngineConfig ec;
+  ec.kv_cache_mib = int64_t(kv_gb * 1024.0);
+  ec.max_num_seqs = n_prompts * group;
+  ec.max_num_batched_tokens = std::max(8192, n_prompts * group);
+  ec.cuda_graphs = graphs ? CudaGraphsMode::automatic : CudaGraphsMode::off;
+  if (auto kv = enum_parse(kv_cache_dtype_names(), kv_cache_dtype)) ec.kv_cache_dtype = *kv;
+  else {
+    std::fprintf(stderr, "bench_grpo: --kv-cache-dtype %s: must be one of %s\n", kv_cache_dtype.c_str(),
+                 enum_allowed(kv_cache_dtype_names()).c_str());
+    return 2;
+  }
+  auto eo_r = engine_options_from_config(ec, co.device, *cfg, dt, MemoryUse{}, n_prompts * group);
+  if (!eo_r.ok()) {
+    std::fprintf(stderr, "bench_grpo: %s\n", eo_r.status().message().c_str());
+    return 2;
+  }
+  const EngineOptions eo = eo_r.value();
   auto kv_dtype = engine_kv_cache_dtype(*cfg, dt, eo);
   if (!kv_dtype.ok()) {
     std::fprintf(stderr, "bench_grpo: --kv-cache-dtype: %s\n", kv_dtype.status().message().c_str());

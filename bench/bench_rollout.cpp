@@ -6,8 +6,8 @@
 // Prints tokens/s, peak device memory, the weight-read floor (weight bytes x decode
 // steps / measured copy bandwidth) and the floor with the decode steps' KV-cache reads
 // added (each generated token reads its sequence's whole context once), and writes
-// bench/results/rollout-<preset>-<workload>.json (DESIGN.md section 6). The peer
-// (transformers generate) is run by bench/run_gpu_bench.sh in the same call and
+// bench/results/rollout-<preset>-<workload>.json (format: CONTRIBUTING.md). The peer
+// (transformers generate) is run by tools/device/gpu_run.sh in the same call and
 // merged by bench/merge_peer.py. --kv-cache-dtype fp8 runs the engine with an FP8
 // E4M3 KV cache (EngineOptions::kv_cache_dtype); its results go to
 // rollout-<preset>-<workload>-kvfp8.json so the default run's file stays as it is.
@@ -25,6 +25,7 @@
 #include "bench_util.h"
 #include "core/timer.h"
 #include "engine/engine.h"
+#include "engine/engine_config.h"
 #include "model/presets.h"
 
 #ifdef GRPO_HAVE_CUDA
@@ -109,14 +110,26 @@ int main(int argc, char** argv) {
   double bw = co.device == Device::cuda ? copy_bandwidth_bytes_per_s() : 0;
   size_t used0 = device_used_bytes();
   ModelWeights w = weights_random(*cfg, co.device, dt, 1234, &ctx);
-  EngineOptions eo;
-  eo.kv_cache_bytes = size_t(kv_gb * double(1ull << 30));
-  eo.max_num_seqs = max_seqs;
-  eo.max_num_batched_tokens = max_batched;
-  eo.use_cuda_graphs = graphs && co.device == Device::cuda;
-  eo.cuda_graph_max_context = graph_ctx;
+  // The engine comes from the same EngineConfig as `grpo train`'s [engine] section and `grpo generate`'s flags.
+  EngineConfig ec;
+  ec.kv_cache_mib = int64_t(kv_gb * 1024.0);
+  ec.max_num_seqs = max_seqs;
+  ec.max_num_batched_tokens = max_batched;
+  ec.cuda_graphs = graphs ? CudaGraphsMode::automatic : CudaGraphsMode::off;
+  ec.cuda_graph_max_context = graph_ctx;
+  if (auto kv = enum_parse(kv_cache_dtype_names(), kv_cache_dtype)) ec.kv_cache_dtype = *kv;
+  else {
+    std::fprintf(stderr, "bench_rollout: --kv-cache-dtype %s: must be one of %s\n", kv_cache_dtype.c_str(),
+                 enum_allowed(kv_cache_dtype_names()).c_str());
+    return 2;
+  }
+  auto eo_r = engine_options_from_config(ec, co.device, *cfg, dt, MemoryUse{}, max_seqs);
+  if (!eo_r.ok()) {
+    std::fprintf(stderr, "bench_rollout: %s\n", eo_r.status().message().c_str());
+    return 2;
+  }
+  EngineOptions eo = eo_r.value();
   eo.seed = 7;
-  eo.kv_cache_dtype = kv_cache_dtype;
   auto kv_dtype = engine_kv_cache_dtype(*cfg, dt, eo);
   if (!kv_dtype.ok()) {
     std::fprintf(stderr, "bench_rollout: --kv-cache-dtype: %s\n", kv_dtype.status().message().c_str());

@@ -52,7 +52,6 @@ nlohmann::json run_steps(Context& ctx, ModelWeights& w, const ModelWeights* part
   so.loss.loss_type = LossType::dapo;
   so.loss.epsilon_high = 0.28f;
   so.loss.max_completion_length = sh.new_tokens;
-  so.loss.weights_in_denominator = partner != nullptr;
   so.micro.max_tokens = sh.micro_tokens;
   std::mt19937 rng(42);
   std::uniform_int_distribution<int> tok(0, w.config.vocab_size - 1);

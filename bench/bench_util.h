@@ -1,5 +1,5 @@
 // Small helpers shared by the benchmark mains: device memory in use, the date
-// for result files (DESIGN.md section 6).
+// for result files (format: CONTRIBUTING.md).
 #pragma once
 #include <cstddef>
 #include <ctime>

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Adds the peer's figures (../shared/peers/hf_grpo_step.py JSON output) and
-the ratios to our benchmark result files (DESIGN.md section 6).
+the ratios to our benchmark result files (format: CONTRIBUTING.md).
 
 Usage: merge_peer.py PEER_JSON OUR_JSON [OUR_JSON ...]
 rollout results get ratio tokens_per_s / hf_generate_tok_s; train results

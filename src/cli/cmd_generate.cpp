@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "engine/engine.h"
+#include "engine/engine_config.h"
 #include "model/checkpoint.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -22,18 +23,20 @@ namespace {
 using namespace grpo;
 
 struct Args {
-  std::string model, prompt, ids, system, device = "cpu", dtype, kv_cache_dtype = "auto";
-  bool chat = false, ignore_eos = false, show_logprobs = false, no_prefix_cache = false, cuda_graphs = false;
+  std::string model, prompt, ids, system, device = "cpu", dtype;
+  bool chat = false, ignore_eos = false, show_logprobs = false;
   bool deterministic = false;
   float temperature = 1.f, top_p = 1.f, min_p = 0.f;
   int top_k = 0, max_tokens = 128, min_tokens = 0, n = 1, top_logprobs = 0;
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
   std::vector<int> stop_ids;
-  double kv_cache_mb = 256;
-  int block_size = 16, max_num_seqs = 64, max_batched_tokens = 2048, max_model_len = 0, threads = 0;
-  cli::SpecFlags spec;
+  int threads = 0;
+  EngineConfig engine;  // --block-size, --gpu-memory-utilization, ... (cli/engine_flags.h)
 };
+
+// Sequences per step when --max-num-seqs is not given (vLLM's default).
+constexpr int kDefaultMaxNumSeqs = 256;
 
 Result<std::vector<int32_t>> parse_ids(const std::string& s) {
   std::vector<int32_t> ids;
@@ -110,23 +113,19 @@ int run(const Args& a) {
   auto prompt = build_prompt(a, tok.get());
   if (!prompt.ok()) return cli::fail(cmd, prompt.status().message());
 
-  EngineOptions eo;
-  eo.block_size = a.block_size;
-  eo.kv_cache_bytes = size_t(a.kv_cache_mb * 1024.0 * 1024.0);
-  eo.max_num_seqs = a.max_num_seqs;
-  eo.max_num_batched_tokens = a.max_batched_tokens;
-  eo.max_model_len = a.max_model_len;
-  eo.enable_prefix_caching = !a.no_prefix_cache;
-  eo.use_cuda_graphs = a.cuda_graphs;
-  eo.kv_cache_dtype = a.kv_cache_dtype;
-  auto spec = cli::spec_options_from_flags(a.spec);
-  if (!spec.ok()) return cli::fail(cmd, spec.status().message());
-  eo.speculative = spec.value();
-  auto n_blocks = engine_kv_blocks(w.value().config, dt, eo);
-  if (!n_blocks.ok()) return cli::fail(cmd, n_blocks.status().message());
-  const int ctx_len = a.max_model_len > 0 ? a.max_model_len : w.value().config.max_position_embeddings;
-  auto draft = cli::spec_load_draft(eo.speculative, w.value().config, ctx_len, ctx, dt);
+  if (Status fs = cli::engine_flags_validate(a.engine); !fs.ok()) return cli::fail(cmd, fs.message());
+  auto draft = cli::engine_flags_load_draft(a.engine, w.value().config, ctx, dt);
   if (!draft.ok()) return cli::fail(cmd, draft.status().message());
+  MemoryUse mem;
+  if (co.device == Device::cuda) {
+    size_t used = 0;
+    device_memory_in_use(&used, &mem.total);
+    mem.weights = w.value().arena.nbytes() + (draft.value() ? draft.value()->arena.nbytes() : 0);
+    mem.other = used > mem.weights ? used - mem.weights : 0;
+  }
+  auto eo_r = engine_options_from_config(a.engine, co.device, w.value().config, dt, mem, kDefaultMaxNumSeqs);
+  if (!eo_r.ok()) return cli::fail(cmd, eo_r.status().message());
+  const EngineOptions eo = eo_r.value();
 
   SamplingParams p;
   p.temperature = a.temperature;
@@ -171,7 +170,7 @@ int run(const Args& a) {
   std::printf("[generate] prompt %zu tokens, %lld generated in %.3f s: %.1f tok/s, TTFT %.1f ms, prefix-cache hits %lld "
               "tokens, %d KV blocks of %d (%s, %s, KV %s)\n",
               prompt.value().size(), (long long)n_gen, dt_s, dt_s > 0 ? double(n_gen) / dt_s : 0.0, ttft * 1e3,
-              (long long)eng.stats().prefix_hit_tokens, eng.n_kv_blocks(), a.block_size, device_name(co.device),
+              (long long)eng.stats().prefix_hit_tokens, eng.n_kv_blocks(), eo.block_size, device_name(co.device),
               dtype_name(dt), dtype_name(eng.kv_cache_dtype()));
   if (eo.speculative.enabled())
     std::printf("[generate] speculative %s: %lld drafts proposed, %lld accepted (%.1f%%), %lld engine steps\n",
@@ -206,18 +205,7 @@ cli::CommandRegistrar reg("generate", "Generate completions for a prompt with th
   sub->add_option("--device", a->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--dtype", a->dtype, "Weights/KV dtype: f32 or bf16 (default: f32 on cpu, bf16 on cuda)")
       ->check(CLI::IsMember({"f32", "bf16"}));
-  sub->add_option("--kv-cache-mb", a->kv_cache_mb, "KV cache memory budget in MiB");
-  sub->add_option("--kv-cache-dtype", a->kv_cache_dtype,
-                  "KV cache element type: auto (the weights' dtype) or fp8 (= fp8_e4m3: one byte per element, "
-                  "scale 1.0, saturating at +-448; needs head_dim % 16 == 0)")
-      ->check(CLI::IsMember({"auto", "fp8", "fp8_e4m3"}));
-  sub->add_option("--block-size", a->block_size, "Tokens per KV block");
-  sub->add_option("--max-num-seqs", a->max_num_seqs, "Sequences per step at most");
-  sub->add_option("--max-batched-tokens", a->max_batched_tokens, "Tokens per step at most (chunked prefill)");
-  sub->add_option("--max-model-len", a->max_model_len, "Context length (0 = the model's)");
-  sub->add_flag("--no-prefix-cache", a->no_prefix_cache, "Disable prefix caching");
-  cli::add_spec_flags(sub, &a->spec);
-  sub->add_flag("--cuda-graphs", a->cuda_graphs, "Capture decode steps in CUDA graphs (cuda only)");
+  cli::add_engine_flags(sub, &a->engine);
   sub->add_flag("--deterministic", a->deterministic, "Batch-invariant kernels");
   sub->add_option("--threads", a->threads, "CPU threads (0 = all)");
   return [a]() { return run(*a); };

@@ -1,46 +1,109 @@
-// Engine flags shared by the engine-running subcommands (see engine_flags.h).
+// Engine flags of the engine-running subcommands (see engine_flags.h).
 #include "cli/engine_flags.h"
 
-#include <CLI/CLI.hpp>
+#include <cstring>
+#include <string>
 
-#include "model/checkpoint.h"
+#include "engine/speculative.h"
 
 namespace grpo::cli {
 
-void add_spec_flags(CLI::App* sub, SpecFlags* f) {
-  sub->add_option("--spec", f->method, "Speculative decoding: off, draft (needs --draft-model) or ngram (prompt lookup)")
-      ->check(CLI::IsMember({"off", "draft", "ngram"}));
-  sub->add_option("--draft-model", f->draft_model, "Draft model directory (same vocabulary as the model)");
-  sub->add_option("--num-speculative-tokens,--k", f->k, "Draft tokens per step at most");
-  sub->add_option("--ngram-min", f->ngram_min, "Prompt lookup: shortest suffix matched");
-  sub->add_option("--ngram-max", f->ngram_max, "Prompt lookup: longest suffix matched");
-  sub->add_flag("--no-adaptive-spec", f->no_adaptive, "Always draft k tokens (no cost model)");
+namespace {
+
+// A CLI11 option over an enum-like value, parsed through the value's one name table.
+template <class E>
+CLI::Option* add_enum(CLI::App* app, const std::string& flag, E* out, std::span<const EnumName<E>> table,
+                      const std::string& help) {
+  return app
+      ->add_option_function<std::string>(
+          flag,
+          [out, table, flag](const std::string& s) {
+            auto v = enum_parse(table, s);
+            if (!v) throw CLI::ValidationError(flag, "'" + s + "' is not one of " + enum_allowed(table));
+            *out = *v;
+          },
+          help + " (" + enum_allowed(table) + "; default " + enum_name(table, *out) + ")");
 }
 
-Result<SpeculativeOptions> spec_options_from_flags(const SpecFlags& f) {
-  SpeculativeOptions o;
-  GRPO_ASSIGN_OR_RETURN(o.method, spec_method_from_string(f.method));
-  o.draft_model = f.draft_model;
-  o.num_speculative_tokens = f.k;
-  o.ngram_min = f.ngram_min;
-  o.ngram_max = f.ngram_max;
-  o.adaptive = !f.no_adaptive;
-  if (o.method == SpecMethod::draft && o.draft_model.empty())
-    return error_status("--spec draft needs --draft-model DIR (a model with the same vocabulary), or use --spec ngram");
-  if (o.method != SpecMethod::draft && !o.draft_model.empty())
-    return error_status("--draft-model is set but --spec is \"" + f.method + "\"; add --spec draft");
-  Status s = o.validate();
-  if (!s.ok()) return s.with_context("flags --k / --ngram-min / --ngram-max");
-  return o;
+}  // namespace
+
+void add_engine_flags(CLI::App* app, EngineConfig* c) {
+  const std::string g = "Engine";
+  app->add_option("--block-size", c->block_size, "Tokens per KV block")->capture_default_str()->group(g);
+  app->add_option("--max-num-seqs", c->max_num_seqs, "Sequences per step at most (0 = the command's default)")
+      ->capture_default_str()->group(g);
+  app->add_option("--max-num-batched-tokens,--max-batched-tokens", c->max_num_batched_tokens,
+                  "Tokens per step at most (chunked prefill)")
+      ->capture_default_str()->group(g);
+  app->add_option("--max-model-len", c->max_model_len, "Context length (0 = the model's)")->capture_default_str()->group(g);
+  app->add_flag("!--no-prefix-caching,!--no-prefix-cache", c->enable_prefix_caching, "Disable prefix caching")->group(g);
+  app->add_flag("!--no-chunked-prefill", c->enable_chunked_prefill, "Admit prompts only whole")->group(g);
+  add_enum(app, "--cuda-graphs", &c->cuda_graphs, cuda_graphs_names(),
+           "Capture decode steps in CUDA graphs (auto = on when the device is CUDA)")
+      ->group(g);
+  app->add_flag_callback("--no-cuda-graphs", [c] { c->cuda_graphs = CudaGraphsMode::off; }, "Same as --cuda-graphs off")
+      ->group(g);
+  app->add_option("--cuda-graph-max-context", c->cuda_graph_max_context,
+                  "Decode graphs serve contexts up to this (0 = min(max-model-len, 2048))")
+      ->group(g);
+  add_enum(app, "--kv-cache-dtype", &c->kv_cache_dtype, kv_cache_dtype_names(),
+           "KV cache element type: auto (the weights' dtype) or fp8 (= fp8_e4m3: one byte per element, scale 1.0, "
+           "saturating at +-448; needs head_dim % 16 == 0)")
+      ->group(g);
+  app->add_option("--gpu-memory-utilization", c->gpu_memory_utilization,
+                  "Fraction of the GPU's memory the process may use; the KV cache gets what the weights and buffers "
+                  "leave")
+      ->capture_default_str()->group(g);
+  app->add_option("--kv-cache-mib", c->kv_cache_mib,
+                  "KV cache budget in MiB (0 = from --gpu-memory-utilization on CUDA, 256 on the CPU)")
+      ->capture_default_str()->group(g);
+  const std::string gs = "Speculative decoding";
+  SpeculativeConfig* sp = &c->speculative;
+  add_enum(app, "--spec", &sp->method, spec_method_names(),
+           "Speculative decoding: off, draft (a draft model, --draft-model) or ngram (prompt lookup)")
+      ->group(gs);
+  app->add_option("--draft-model", sp->draft_model, "Draft model directory (same vocabulary as the model)")->group(gs);
+  app->add_option("--num-speculative-tokens,--k", sp->num_speculative_tokens, "Draft tokens per step at most")
+      ->capture_default_str()->group(gs);
+  app->add_option("--ngram-min", sp->ngram_min, "Prompt lookup: shortest suffix matched")->capture_default_str()->group(gs);
+  app->add_option("--ngram-max", sp->ngram_max, "Prompt lookup: longest suffix matched")->capture_default_str()->group(gs);
+  app->add_flag("!--no-adaptive-spec", sp->adaptive, "Always draft k tokens (no cost model)")->group(gs);
+  app->add_option("--spec-probe-every", sp->probe_every,
+                  "Adaptive: steps between probe steps while drafting is off")
+      ->capture_default_str()->group(gs);
 }
 
-Result<std::unique_ptr<ModelWeights>> spec_load_draft(const SpeculativeOptions& o, const ModelConfig& target,
-                                                     int max_model_len, Context& ctx, DType dt) {
-  if (o.method != SpecMethod::draft) return std::unique_ptr<ModelWeights>{};
-  auto w = model_load(o.draft_model, ctx.device(), dt, &ctx);
-  if (!w.ok()) return w.status().with_context("engine.speculative.draft_model " + o.draft_model);
-  GRPO_TRY(spec_check_draft(target, w.value().config, max_model_len));
-  return std::make_unique<ModelWeights>(std::move(w).value());
+Status engine_flags_validate(const EngineConfig& c) {
+  Status s = c.validate("");
+  if (s.ok()) return s;
+  // "block_size = 0: ..." -> "--block-size = 0: ..."; [engine.speculative] keys have their own flags.
+  static const std::pair<const char*, const char*> kSpecFlags[] = {
+      {"speculative.method", "spec"},
+      {"speculative.draft_model", "draft-model"},
+      {"speculative.num_speculative_tokens", "num-speculative-tokens"},
+      {"speculative.ngram_min", "ngram-min"},
+      {"speculative.ngram_max", "ngram-max"},
+      {"speculative.adaptive", "no-adaptive-spec"},
+      {"speculative.probe_every", "spec-probe-every"}};
+  std::string m = s.message();
+  // Message text may name other keys too ("... but speculative.method = ..."): rename those first.
+  for (const auto& [key, flag] : kSpecFlags)
+    for (size_t at = m.find(key); at != std::string::npos; at = m.find(key, at + 2))
+      m.replace(at, std::strlen(key), std::string("--") + flag);
+  if (m.rfind("--", 0) == 0) return error_status(m);
+  const size_t eq = m.find(' ');
+  std::string key = m.substr(0, eq);
+  for (char& ch : key)
+    if (ch == '_') ch = '-';
+  return error_status("--" + key + m.substr(eq));
+}
+
+Result<std::unique_ptr<ModelWeights>> engine_flags_load_draft(const EngineConfig& cfg, const ModelConfig& target,
+                                                              Context& ctx, DType dt) {
+  const int ctx_len = cfg.max_model_len > 0 ? int(cfg.max_model_len) : target.max_position_embeddings;
+  auto d = spec_load_draft(cfg.speculative.options(), target, ctx_len, ctx, dt);
+  if (!d.ok()) return error_status("--draft-model: " + d.status().message());
+  return d;
 }
 
 }  // namespace grpo::cli

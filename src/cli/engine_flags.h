@@ -1,33 +1,31 @@
-// Engine flags shared by the subcommands that run the engine (`grpo generate`, and
-// `grpo serve` where it exists): speculative decoding ([engine.speculative]).
+// The engine flags shared by the subcommands that run the rollout engine
+// (`grpo generate`, `grpo serve`): one CLI11 option per EngineConfig field
+// (engine/engine_config.h), with the same names as the [engine] config keys
+// (block_size -> --block-size) and the same allowed lists. [engine.speculative]
+// has shorter flags: --spec (method), --draft-model, --num-speculative-tokens (--k),
+// --ngram-min, --ngram-max, --no-adaptive-spec, --spec-probe-every.
 #pragma once
+#include <CLI/CLI.hpp>
+
 #include <memory>
-#include <string>
 
 #include "core/context.h"
-#include "core/status.h"
-#include "engine/speculative.h"
+#include "engine/engine_config.h"
 #include "model/weights.h"
-
-namespace CLI {
-class App;
-}
 
 namespace grpo::cli {
 
-struct SpecFlags {
-  std::string method = "off";  // --spec off|draft|ngram
-  std::string draft_model;     // --draft-model DIR
-  int k = 4;                   // --num-speculative-tokens / --k
-  int ngram_min = 1, ngram_max = 4;
-  bool no_adaptive = false;
-};
+// Registers the flags on `app`, writing into *cfg (which must outlive the parse).
+// Defaults are cfg's values at the call. Call engine_flags_validate after parsing.
+void add_engine_flags(CLI::App* app, EngineConfig* cfg);
 
-void add_spec_flags(CLI::App* sub, SpecFlags* f);
-// Fills opt.speculative-style options from the flags; errors name the flag.
-Result<SpeculativeOptions> spec_options_from_flags(const SpecFlags& f);
-// Loads the draft model of method draft (nullptr otherwise), checked against the target.
-Result<std::unique_ptr<ModelWeights>> spec_load_draft(const SpeculativeOptions& o, const ModelConfig& target,
-                                                     int max_model_len, Context& ctx, DType dt);
+// cfg.validate() with flag names instead of config keys ("--block-size = 0: ...",
+// "--num-speculative-tokens = 0: ...").
+Status engine_flags_validate(const EngineConfig& cfg);
+
+// The draft model of --spec draft (nullptr for the other methods), loaded on ctx's
+// device in dtype dt and checked against the target (engine/speculative.h).
+Result<std::unique_ptr<ModelWeights>> engine_flags_load_draft(const EngineConfig& cfg, const ModelConfig& target,
+                                                              Context& ctx, DType dt);
 
 }  // namespace grpo::cli

@@ -36,6 +36,13 @@ Context::Context(const ContextOptions& opt) : opt_(opt) {
   }
 }
 
+void Context::make_current() const {
+#ifdef GRPO_HAVE_CUDA
+  if (opt_.device == Device::cuda)
+    GRPO_CHECK_MSG(cudaSetDevice(opt_.cuda_device) == cudaSuccess, "cudaSetDevice failed");
+#endif
+}
+
 Context::~Context() {
 #ifdef GRPO_HAVE_CUDA
   if (stream_) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));

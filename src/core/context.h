@@ -39,6 +39,9 @@ class Context {
   void* cublas() const { return cublas_; }           // cublasHandle_t
   Tensor& workspace() { return workspace_; }         // (bytes) u8 on the device
   void synchronize() const;                          // waits for the stream (no-op on the CPU)
+  // Makes this context's GPU the calling thread's current device (CUDA's current
+  // device is per thread): call it first in a thread that runs ops (no-op on the CPU).
+  void make_current() const;
 
  private:
   ContextOptions opt_;

@@ -14,6 +14,12 @@ struct Engine::Decoder {
   IncrementalDecoder dec;
 };
 
+std::span<const EnumName<KvCacheDtype>> kv_cache_dtype_names() {
+  static constexpr EnumName<KvCacheDtype> names[] = {
+      {"auto", KvCacheDtype::automatic}, {"fp8", KvCacheDtype::fp8_e4m3}, {"fp8_e4m3", KvCacheDtype::fp8_e4m3}};
+  return names;
+}
+
 Status EngineOptions::validate() const {
   auto bad = [](const std::string& m) { return error_status("engine options: " + m); };
   if (block_size < 1 || block_size > 1024) return bad("block_size must be in [1, 1024]");
@@ -24,18 +30,21 @@ Status EngineOptions::validate() const {
     return bad("max_num_batched_tokens (" + std::to_string(max_num_batched_tokens) + ") must be >= max_num_seqs (" +
                std::to_string(max_num_seqs) + "), or running sequences could miss their decode steps");
   if (max_model_len < 0) return bad("max_model_len must be >= 0 (0 = the model's)");
-  if (kv_cache_dtype != "auto" && kv_cache_dtype != "fp8" && kv_cache_dtype != "fp8_e4m3")
-    return bad("kv_cache_dtype = \"" + kv_cache_dtype + "\": must be auto (the model's dtype) or fp8 (alias fp8_e4m3)");
+  if (cuda_graph_max_context < 0) return bad("cuda_graph_max_context must be >= 0 (0 = min(max_model_len, 2048))");
+  for (int b : cuda_graph_batch_sizes)
+    if (b < 1 || b > max_num_seqs)
+      return bad("cuda_graph_batch_sizes: " + std::to_string(b) + " is outside [1, max_num_seqs = " +
+                 std::to_string(max_num_seqs) + "]");
   GRPO_TRY(speculative.validate());
   return ok_status();
 }
 
 Result<DType> engine_kv_cache_dtype(const ModelConfig& cfg, DType model_dtype, const EngineOptions& opt) {
   GRPO_TRY(opt.validate());
-  if (opt.kv_cache_dtype == "auto") return model_dtype;
+  if (opt.kv_cache_dtype == KvCacheDtype::automatic) return model_dtype;
   // The CUDA kernels handle an fp8 row (head_dim bytes) in 16-byte pieces.
   if (cfg.head_dim % 16 != 0)
-    return error_status("engine options: kv_cache_dtype = \"" + opt.kv_cache_dtype + "\" needs head_dim % 16 == 0, but " +
+    return error_status(std::string("engine options: kv_cache_dtype = \"fp8\" needs head_dim % 16 == 0, but ") +
                         "this model's head_dim is " + std::to_string(cfg.head_dim) + "; use kv_cache_dtype = \"auto\"");
   return DType::f8e4m3;
 }
@@ -76,33 +85,21 @@ Engine::Engine(Context& ctx, ModelWeights& w, const Tokenizer* tok, EngineOption
   if (eos_.empty() && tok_) eos_ = tok_->eos_ids();
   if (eos_.empty()) eos_ = w.config.eos_token_ids;
   blocks_ = std::make_unique<BlockManager>(n_blocks.value(), opt_.block_size, opt_.enable_prefix_caching);
-  SchedulerOptions so;
-  so.max_num_seqs = opt_.max_num_seqs;
-  so.max_num_batched_tokens = opt_.max_num_batched_tokens;
-  so.enable_chunked_prefill = opt_.enable_chunked_prefill;
-  scheduler_ = std::make_unique<Scheduler>(so, *blocks_);
-  ModelRunnerOptions ro;
-  ro.block_size = opt_.block_size;
-  ro.n_blocks = n_blocks.value();
-  ro.max_num_seqs = opt_.max_num_seqs;
-  ro.max_num_batched_tokens = opt_.max_num_batched_tokens;
-  ro.max_model_len = max_model_len_;
-  ro.kv_dtype = kv_dtype;
-  ro.use_cuda_graphs = opt_.use_cuda_graphs;
-  ro.graph_max_context = opt_.cuda_graph_max_context;
-  if (spec.enabled()) ro.max_logit_rows = opt_.max_num_seqs * (spec.num_speculative_tokens + 1);
-  runner_ = std::make_unique<ModelRunner>(ctx_, w_, ro);
+  scheduler_ = std::make_unique<Scheduler>(opt_, *blocks_);
+  EngineGeometry geo{n_blocks.value(), max_model_len_, kv_dtype};
+  if (spec.enabled()) geo.max_logit_rows = opt_.max_num_seqs * (spec.num_speculative_tokens + 1);
+  runner_ = std::make_unique<ModelRunner>(ctx_, w_, opt_, geo);
   if (spec.enabled()) adapt_ = std::make_unique<SpecAdaptive>(spec.num_speculative_tokens, spec.probe_every);
   if (draft) {
     const Status ok = spec_check_draft(w.config, draft->config, max_model_len_);
     GRPO_CHECK_MSG(ok.ok(), ok.message().c_str());
-    draft_ = std::make_unique<SpecDraft>(ctx_, *draft, ro);
+    draft_ = std::make_unique<SpecDraft>(ctx_, *draft, opt_, geo);
     draft_->fit = &adapt_->draft;
   }
   if (tandem) {
     const Status ok = tandem_check_partner(w.config, tandem->partner->config, max_model_len_);
     GRPO_CHECK_MSG(ok.ok(), ok.message().c_str());
-    tandem_ = std::make_unique<TandemDecoder>(ctx_, *tandem->partner, ro, tandem->opt);
+    tandem_ = std::make_unique<TandemDecoder>(ctx_, *tandem->partner, opt_, geo, tandem->opt);
     tandem_on_ = true;
   }
 }
@@ -185,8 +182,17 @@ RowSampling Engine::row_sampling(const Sequence& s, int at) const {
   return r;
 }
 
-std::vector<RequestOutput> Engine::step() {
-  if (opt_.speculative.enabled()) return step_speculative();
+bool Engine::abort_request(int64_t request_id) {
+  const std::vector<Sequence*> gone = scheduler_->abort_request(request_id);
+  for (Sequence* s : gone) {
+    decoders_.erase(s->seq_id);
+    seqs_.erase(s->seq_id);
+  }
+  return !gone.empty();
+}
+
+std::vector<RequestOutput> Engine::step(std::vector<TokenEvent>* events) {
+  if (opt_.speculative.enabled()) return step_speculative(events);
   std::vector<RequestOutput> done;
   SchedulerOutput out = scheduler_->schedule();
   if (out.empty() && !out.preempted.empty()) out = scheduler_->schedule();  // admissions wait a pass after preemption
@@ -215,11 +221,44 @@ std::vector<RequestOutput> Engine::step() {
     Sequence& s = *ss.seq;
     if (s.n_completion() == 0) stats_.prefix_hit_tokens += s.prefix_hit_tokens;
     ++s.engine_steps;
-    on_token(s, sampled[r++], now);
+    on_token(s, sampled[r], now);
     ++stats_.tokens_generated;
-    if (s.finish != FinishReason::none) done.push_back(finish_output(s, s.finish, now));
+    after_token(s, add_event(s, sampled[r++], events), now, done);
   }
   return done;
+}
+
+TokenEvent* Engine::add_event(const Sequence& s, const SampledRow& row, std::vector<TokenEvent>* events) {
+  if (!events) return nullptr;
+  TokenEvent* ev = &events->emplace_back();
+  ev->request_id = s.request_id;
+  ev->sample_index = s.sample_index;
+  ev->token = row.token;
+  ev->logprob_raw = row.logprob_raw;
+  ev->logprob_processed = row.logprob_processed;
+  ev->logprob = s.params.logprobs_mode == LogprobsMode::raw ? row.logprob_raw : row.logprob_processed;
+  if (s.params.top_logprobs > 0) ev->top_logprobs = row.top;
+  return ev;
+}
+
+void Engine::after_token(Sequence& s, TokenEvent* ev, double now, std::vector<RequestOutput>& done) {
+  if (s.finish != FinishReason::none) {
+    const size_t emitted = s.text_emitted;
+    done.push_back(finish_output(s, s.finish, now));  // s is gone from here
+    if (ev) {
+      const std::string& text = done.back().text;
+      if (text.size() > emitted) ev->text_delta = text.substr(emitted);
+      ev->finish_reason = done.back().finish_reason;
+    }
+  } else if (ev) {
+    size_t hold = 0;
+    for (const auto& st : s.params.stop) hold = std::max(hold, st.size() - 1);
+    const size_t safe = s.text.size() > hold ? s.text.size() - hold : 0;
+    if (safe > s.text_emitted) {
+      ev->text_delta = s.text.substr(s.text_emitted, safe - s.text_emitted);
+      s.text_emitted = safe;
+    }
+  }
 }
 
 // Appends the sampled token and decides whether the sample ends (sets s.finish).

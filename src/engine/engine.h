@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/context.h"
+#include "engine/engine_options.h"
 #include "engine/model_runner.h"
 #include "engine/sampling_params.h"
 #include "engine/scheduler.h"
@@ -31,28 +32,6 @@
 #include "tokenizer/tokenizer.h"
 
 namespace grpo {
-
-struct EngineOptions {
-  int block_size = 16;
-  size_t kv_cache_bytes = size_t(256) << 20;  // memory budget of the KV pool
-  int n_kv_blocks = 0;                         // > 0: use exactly this many blocks instead
-  int max_num_seqs = 64;
-  int max_num_batched_tokens = 2048;
-  int max_model_len = 0;                       // 0: the model's max_position_embeddings
-  bool enable_prefix_caching = true;
-  bool enable_chunked_prefill = true;
-  bool use_cuda_graphs = false;                // capture decode steps (CUDA only)
-  int cuda_graph_max_context = 0;              // graphs serve contexts up to this (0: min(max_model_len, 2048))
-  uint64_t seed = 0;                           // keys of requests without a seed
-  std::vector<int> eos_token_ids;              // empty: the tokenizer's, else config.json's
-  // Element type of the KV cache (vLLM's kv_cache_dtype): "auto" = the model's dtype;
-  // "fp8" (alias "fp8_e4m3") = OCP FP8 E4M3, one byte per element, K/V rounded to
-  // nearest even on write with scale 1.0 (values beyond ±448 saturate). Halves
-  // (bf16) or quarters (f32) the KV memory and reads; needs head_dim % 16 == 0.
-  std::string kv_cache_dtype = "auto";
-  SpeculativeOptions speculative;              // [engine.speculative] (engine/speculative.h)
-  Status validate() const;
-};
 
 // The KV cache dtype the options give for a model of dtype model_dtype (see
 // EngineOptions::kv_cache_dtype). Errors name the option and what is allowed.
@@ -100,6 +79,23 @@ struct RequestOutput {
   RequestTelemetry telemetry;
 };
 
+// One completion token as it is produced (Engine::step's optional event list),
+// for streaming. text_delta is the text that became final with this token: while
+// stop strings are set, the last (longest stop - 1) bytes are held back until no
+// stop match can cut them, so the concatenated deltas of a sample always equal
+// the final RequestOutput::text.
+struct TokenEvent {
+  int64_t request_id = 0;
+  int sample_index = 0;
+  int32_t token = 0;
+  float logprob = 0;            // in params.logprobs_mode
+  float logprob_raw = 0;
+  float logprob_processed = 0;
+  std::vector<std::pair<int32_t, float>> top_logprobs;  // when params.top_logprobs > 0
+  std::string text_delta;
+  FinishReason finish_reason = FinishReason::none;  // set on the sample's last token
+};
+
 struct EngineStats {
   int64_t steps = 0;
   int64_t tokens_computed = 0;    // prompt + recomputed tokens run through the model
@@ -134,8 +130,13 @@ class Engine {
   // problem: invalid params, empty/too long prompt, ids outside the vocabulary, a
   // request that cannot fit the KV pool, stop strings without a tokenizer.
   Result<int64_t> add_request(std::vector<int32_t> prompt_ids, const SamplingParams& params);
-  // Runs one scheduled step; returns the samples that finished in it.
-  std::vector<RequestOutput> step();
+  // Runs one scheduled step; returns the samples that finished in it. With `events`,
+  // also appends one TokenEvent per token sampled in the step (finished ones included).
+  std::vector<RequestOutput> step(std::vector<TokenEvent>* events = nullptr);
+  // Ends every sample of a queued or running request and frees its KV blocks; its
+  // output is dropped. Returns false (and changes nothing) when the id is unknown
+  // or already finished.
+  bool abort_request(int64_t request_id);
   bool has_unfinished() const { return scheduler_->has_work(); }
   // Blocking: runs until every prompt's samples are done. Output k = prompt k / n,
   // sample k % n. Requests already queued are run too (their outputs are dropped).
@@ -151,16 +152,20 @@ class Engine {
   bool has_tandem() const { return tandem_ != nullptr; }
 
   const EngineStats& stats() const { return stats_; }
+  const Context& context() const { return ctx_; }
   const EngineOptions& options() const { return opt_; }
   int n_kv_blocks() const { return blocks_->n_blocks(); }
   int n_free_kv_blocks() const { return blocks_->n_free(); }
-  // All layers, K and V, real bytes (tandem: the trained pool's plus the partner's).
+  int n_waiting() const { return int(scheduler_->waiting().size()); }   // sequences, not requests
+  int n_running() const { return int(scheduler_->running().size()); }
+  // All layers, K and V, real bytes (tandem: the trained pool's plus the partner's; speculative: plus the draft's).
   size_t kv_bytes_per_block() const {
     return runner_->kv_bytes_per_block() + (tandem_ ? tandem_->kv_bytes_per_block() : 0) +
            (draft_ ? draft_->kv_bytes_per_block() : 0);
   }
-  DType kv_cache_dtype() const { return runner_->options().kv_dtype; }
+  DType kv_cache_dtype() const { return runner_->geometry().kv_dtype; }
   int max_model_len() const { return max_model_len_; }
+  int vocab_size() const { return w_.config.vocab_size; }
   const std::vector<int>& eos_token_ids() const { return eos_; }
 
  private:
@@ -169,7 +174,12 @@ class Engine {
   void on_token(Sequence& s, const SampledRow& row, double now);
   // at: the completion index being sampled (-1: the next one).
   RowSampling row_sampling(const Sequence& s, int at = -1) const;
-  std::vector<RequestOutput> step_speculative();  // engine/speculative_engine.cpp
+  std::vector<RequestOutput> step_speculative(std::vector<TokenEvent>* events);  // engine/speculative_engine.cpp
+  // The TokenEvent of a token just given to on_token (nullptr without events).
+  TokenEvent* add_event(const Sequence& s, const SampledRow& row, std::vector<TokenEvent>* events);
+  // After on_token: a finished sample's output goes to done (ev gets the rest of its
+  // text); a running one moves the text no stop string can cut any more into ev.
+  void after_token(Sequence& s, TokenEvent* ev, double now, std::vector<RequestOutput>& done);
   RequestOutput finish_output(Sequence& s, FinishReason reason, double now);
 
   Context& ctx_;

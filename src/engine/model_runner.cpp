@@ -54,31 +54,31 @@ size_t kv_block_bytes(const ModelConfig& cfg, DType kv_dtype, int block_size) {
          dtype_size(kv_dtype);
 }
 
-ModelRunner::ModelRunner(Context& ctx, const ModelWeights& w, const ModelRunnerOptions& opt)
-    : ctx_(ctx), w_(w), opt_(opt) {
-  GRPO_CHECK(opt.n_blocks > 0 && opt.block_size > 0 && opt.max_model_len > 0);
+ModelRunner::ModelRunner(Context& ctx, const ModelWeights& w, const EngineOptions& opt, const EngineGeometry& geo)
+    : ctx_(ctx), w_(w), opt_(opt), geo_(geo) {
+  GRPO_CHECK(geo.n_blocks > 0 && opt.block_size > 0 && geo.max_model_len > 0);
   GRPO_CHECK(opt.max_num_seqs > 0 && opt.max_num_batched_tokens > 0);
   GRPO_CHECK_MSG(w.device == ctx.device(), "ModelRunner: weights and context are on different devices");
-  GRPO_CHECK_MSG(opt.kv_dtype == w.dtype || (opt.kv_dtype == DType::f8e4m3 && w.config.head_dim % 16 == 0),
+  GRPO_CHECK_MSG(geo.kv_dtype == w.dtype || (geo.kv_dtype == DType::f8e4m3 && w.config.head_dim % 16 == 0),
                  "ModelRunner: the KV cache must have the weights' dtype, or be f8e4m3 with head_dim % 16 == 0 "
                  "(engine_kv_cache_dtype checks the options)");
   const ModelConfig& cfg = w.config;
   const Device dev = ctx.device();
-  max_blocks_per_seq_ = (opt.max_model_len + opt.block_size - 1) / opt.block_size;
-  if (opt_.graph_batch_sizes.empty()) {
+  max_blocks_per_seq_ = (geo.max_model_len + opt.block_size - 1) / opt.block_size;
+  if (opt_.cuda_graph_batch_sizes.empty()) {
     for (int b : {1, 2, 4, 8})
-      if (b < opt.max_num_seqs) opt_.graph_batch_sizes.push_back(b);
-    for (int b = 16; b < opt.max_num_seqs; b += 8) opt_.graph_batch_sizes.push_back(b);
-    opt_.graph_batch_sizes.push_back(opt.max_num_seqs);
+      if (b < opt.max_num_seqs) opt_.cuda_graph_batch_sizes.push_back(b);
+    for (int b = 16; b < opt.max_num_seqs; b += 8) opt_.cuda_graph_batch_sizes.push_back(b);
+    opt_.cuda_graph_batch_sizes.push_back(opt.max_num_seqs);
   }
-  std::sort(opt_.graph_batch_sizes.begin(), opt_.graph_batch_sizes.end());
-  if (opt_.graph_max_context <= 0) opt_.graph_max_context = std::min(opt.max_model_len, 2048);
-  opt_.graph_max_context = std::min(opt_.graph_max_context, opt.max_model_len);
+  std::sort(opt_.cuda_graph_batch_sizes.begin(), opt_.cuda_graph_batch_sizes.end());
+  if (opt_.cuda_graph_max_context <= 0) opt_.cuda_graph_max_context = std::min(geo.max_model_len, 2048);
+  opt_.cuda_graph_max_context = std::min(opt_.cuda_graph_max_context, geo.max_model_len);
   max_T_ = std::max(opt.max_num_batched_tokens, opt.max_num_seqs);
-  max_R_ = std::max(opt.max_num_seqs, opt.max_logit_rows);
+  max_R_ = std::max(opt.max_num_seqs, geo.max_logit_rows);
 
-  cache_ = kv_cache_allocate(cfg, dev, opt.kv_dtype, opt.n_blocks, opt.block_size);
-  rope_ = rope_table_build(cfg, dev, opt.max_model_len);
+  cache_ = kv_cache_allocate(cfg, dev, geo.kv_dtype, geo.n_blocks, opt.block_size);
+  rope_ = rope_table_build(cfg, dev, geo.max_model_len);
   scratch_ = forward_scratch_allocate(cfg, dev, w.dtype, max_T_, max_R_);
   d_tokens_ = tensor_zeros(dev, DType::i32, {max_T_});
   d_positions_ = tensor_zeros(dev, DType::i32, {max_T_});
@@ -208,10 +208,10 @@ void ModelRunner::fill_inputs(const SchedulerOutput& step, int padded_T, bool al
 void ModelRunner::run_forward(const SchedulerOutput& step) {
   const int S = int(step.seqs.size()), T = step.n_tokens, R = step.n_sampled;
   bool decode = T == S && R == S;
-  for (int s = 0; decode && s < S; ++s) decode = step.seqs[size_t(s)].start() < opt_.graph_max_context;
+  for (int s = 0; decode && s < S; ++s) decode = step.seqs[size_t(s)].start() < opt_.cuda_graph_max_context;
   if (graphs_ && decode) {
     int B = 0;
-    for (int b : opt_.graph_batch_sizes)
+    for (int b : opt_.cuda_graph_batch_sizes)
       if (b >= S && graphs_->has(b)) { B = b; break; }
     if (B > 0) {
       fill_inputs(step, B, false);
@@ -230,10 +230,10 @@ void ModelRunner::run_forward(const SchedulerOutput& step) {
 
 void ModelRunner::capture_graphs() {
   SchedulerOutput empty;
-  for (int B : opt_.graph_batch_sizes) {
+  for (int B : opt_.cuda_graph_batch_sizes) {
     if (B > max_T_) break;
     fill_inputs(empty, B, false);  // all rows dummy: nothing is written to the cache; no tiles
-    ForwardBatch batch = batch_view(B, B, B, opt_.graph_max_context);
+    ForwardBatch batch = batch_view(B, B, B, opt_.cuda_graph_max_context);
     Tensor logits = d_logits_.slice0(0, B);
     const bool ok = graphs_->capture(B, [&] { transformer_forward(ctx_, w_, cache_, rope_, batch, scratch_, logits); });
     if (!ok) {

@@ -3,12 +3,13 @@
 // sequence whose step reaches the end of its known tokens.
 //
 // All step inputs live in persistent device buffers allocated once (sized by
-// max_num_batched_tokens / max_num_seqs / max_model_len), so their addresses never
+// max_num_batched_tokens / max_num_seqs of EngineOptions, max_model_len of the
+// EngineGeometry), so their addresses never
 // change: a decode step (one token per sequence) can be captured once per padded
 // batch size as a CUDA graph and replayed by refilling the buffers. Padding rows of
 // a graph batch use slot -1 (nothing written) and position 0 of block 0 (a harmless
 // read); their logits are ignored. Graphs are captured with max_context =
-// graph_max_context (attention's split count is baked into the graph), so longer
+// cuda_graph_max_context (attention's split count is baked into the graph), so longer
 // decode steps run eagerly. Sampling runs eagerly after the forward.
 // Eager steps that are mostly prefill also get a list of query tiles (up to 64 rows of
 // one sequence each, PagedAttnMeta::prefill_tiles), which lets the CUDA backend run its
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "core/context.h"
+#include "engine/engine_options.h"
 #include "engine/scheduler.h"
 #include "kernels/sampling.h"
 #include "model/transformer.h"
@@ -28,19 +30,6 @@
 namespace grpo {
 
 class DecodeGraphs;
-
-struct ModelRunnerOptions {
-  int block_size = 16;
-  int n_blocks = 0;                   // KV pool blocks (> 0)
-  int max_num_seqs = 64;
-  int max_num_batched_tokens = 2048;
-  int max_model_len = 0;              // positions (> 0)
-  DType kv_dtype = DType::f32;        // the weights' dtype, or f8e4m3 (head_dim % 16 == 0)
-  bool use_cuda_graphs = false;       // decode steps on CUDA only
-  std::vector<int> graph_batch_sizes; // empty: 1, 2, 4, 8, then multiples of 8 up to max_num_seqs
-  int graph_max_context = 0;          // graphs serve decode steps whose contexts fit this (0: min(max_model_len, 2048))
-  int max_logit_rows = 0;             // logits rows per step at most (0: max_num_seqs; speculative verify needs more)
-};
 
 // Sampling settings of one logits row (host side).
 struct RowSampling {
@@ -67,7 +56,9 @@ size_t kv_block_bytes(const ModelConfig& cfg, DType kv_dtype, int block_size);
 
 class ModelRunner {
  public:
-  ModelRunner(Context& ctx, const ModelWeights& w, const ModelRunnerOptions& opt);
+  // opt.validate() is ok; geo as engine_kv_blocks / engine_kv_cache_dtype give it. The runner
+  // keeps its own copy of opt with the graph defaults filled in.
+  ModelRunner(Context& ctx, const ModelWeights& w, const EngineOptions& opt, const EngineGeometry& geo);
   ~ModelRunner();
   ModelRunner(const ModelRunner&) = delete;
   ModelRunner& operator=(const ModelRunner&) = delete;
@@ -77,7 +68,8 @@ class ModelRunner {
   void execute(const SchedulerOutput& step, const std::vector<RowSampling>& rows, std::vector<SampledRow>& out);
 
   size_t kv_bytes_per_block() const { return cache_.bytes_per_block(); }
-  const ModelRunnerOptions& options() const { return opt_; }
+  const EngineOptions& options() const { return opt_; }
+  const EngineGeometry& geometry() const { return geo_; }
   int64_t n_graph_replays() const { return n_graph_replays_; }
 
   // execute() in two halves, for a second model in the same block tables (engine/tandem.h):
@@ -97,7 +89,8 @@ class ModelRunner {
 
   Context& ctx_;
   const ModelWeights& w_;
-  ModelRunnerOptions opt_;
+  EngineOptions opt_;
+  EngineGeometry geo_;
   int max_blocks_per_seq_ = 0;
   int max_T_ = 0;
   int max_R_ = 0;  // logits / sampling rows per step at most

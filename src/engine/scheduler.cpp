@@ -18,7 +18,7 @@ const char* finish_reason_name(FinishReason r) {
   return "?";
 }
 
-Scheduler::Scheduler(const SchedulerOptions& opt, BlockManager& blocks) : opt_(opt), bm_(blocks) {
+Scheduler::Scheduler(const EngineOptions& opt, BlockManager& blocks) : opt_(opt), bm_(blocks) {
   GRPO_CHECK(opt.max_num_seqs > 0 && opt.max_num_batched_tokens > 0);
 }
 
@@ -123,6 +123,16 @@ void Scheduler::finish(Sequence* seq, FinishReason reason) {
   if (seq->group) seq->group->prompt_scheduled = true;  // never leave siblings waiting on it
   seq->status = SeqStatus::finished;
   seq->finish = reason;
+}
+
+std::vector<Sequence*> Scheduler::abort_request(int64_t request_id) {
+  std::vector<Sequence*> found;
+  for (auto* q : {&running_, &waiting_})
+    for (Sequence* s : *q)
+      if (s->request_id == request_id) found.push_back(s);
+  // Newest first, so blocks shared with an older sibling are released tail first.
+  for (auto it = found.rbegin(); it != found.rend(); ++it) finish(*it, FinishReason::abort);
+  return found;
 }
 
 }  // namespace grpo

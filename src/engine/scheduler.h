@@ -1,6 +1,7 @@
 // Continuous-batching scheduler: decides, step by step, which tokens of which
 // sequences go into the next forward, under a token budget
-// (max_num_batched_tokens) and a sequence cap (max_num_seqs).
+// (max_num_batched_tokens) and a sequence cap (max_num_seqs) of EngineOptions;
+// enable_chunked_prefill off admits a prompt only whole (it must fit the budget).
 //
 // One step:
 // 1. Running sequences, oldest admission first: each gets its next tokens (1 for
@@ -24,15 +25,10 @@
 #include <vector>
 
 #include "engine/block_manager.h"
+#include "engine/engine_options.h"
 #include "engine/sequence.h"
 
 namespace grpo {
-
-struct SchedulerOptions {
-  int max_num_seqs = 64;              // running sequences at most
-  int max_num_batched_tokens = 2048;  // tokens per forward at most
-  bool enable_chunked_prefill = true; // off: a prompt is admitted only whole (it must fit the budget)
-};
 
 struct ScheduledSeq {
   Sequence* seq = nullptr;
@@ -56,7 +52,7 @@ struct SchedulerOutput {
 
 class Scheduler {
  public:
-  Scheduler(const SchedulerOptions& opt, BlockManager& blocks);
+  Scheduler(const EngineOptions& opt, BlockManager& blocks);
 
   // Queues a sequence (status waiting, no blocks, n_computed 0) at the back.
   void add(Sequence* seq);
@@ -66,18 +62,21 @@ class Scheduler {
   void on_step_done(const SchedulerOutput& out);
   // Ends a sequence wherever it is (running or waiting) and frees its blocks.
   void finish(Sequence* seq, FinishReason reason);
+  // Ends every sequence of a request wherever it is (reason abort) and frees its
+  // blocks; returns them (empty, and nothing changed, when none is queued or running).
+  std::vector<Sequence*> abort_request(int64_t request_id);
 
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
   const std::deque<Sequence*>& waiting() const { return waiting_; }
   const std::deque<Sequence*>& running() const { return running_; }
   int64_t n_preemptions() const { return n_preemptions_; }
-  const SchedulerOptions& options() const { return opt_; }
+  const EngineOptions& options() const { return opt_; }
 
  private:
   void preempt(Sequence* seq);
   bool must_wait_for_sibling(const Sequence* seq) const;
 
-  SchedulerOptions opt_;
+  EngineOptions opt_;
   BlockManager& bm_;
   std::deque<Sequence*> waiting_, running_;
   int64_t n_preemptions_ = 0;

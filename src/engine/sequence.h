@@ -59,6 +59,7 @@ struct Sequence {
   std::vector<int64_t> spec_accepted_by_pos, spec_proposed_by_pos;  // per draft position
   std::string text;                     // detokenized completion (stop strings cut)
   size_t text_checked = 0;              // bytes of text already scanned for stop strings
+  size_t text_emitted = 0;              // bytes of text already reported in TokenEvents
   double t_arrival = 0, t_first_scheduled = -1, t_first_token = -1, t_finished = -1;
 
   int n_total() const { return int(tokens.size()); }

@@ -7,36 +7,45 @@
 
 #include "core/check.h"
 #include "core/timer.h"
+#include "model/checkpoint.h"
 
 namespace grpo {
 
+std::span<const EnumName<SpecMethod>> spec_method_names() {
+  static constexpr EnumName<SpecMethod> names[] = {
+      {"off", SpecMethod::off}, {"draft", SpecMethod::draft}, {"ngram", SpecMethod::ngram}};
+  return names;
+}
+
 Result<SpecMethod> spec_method_from_string(const std::string& s) {
-  if (s == "off" || s.empty()) return SpecMethod::off;
-  if (s == "draft") return SpecMethod::draft;
-  if (s == "ngram") return SpecMethod::ngram;
-  return error_status("engine.speculative.method = \"" + s + "\": must be off, draft (a draft model) or ngram "
-                      "(prompt lookup)");
+  if (auto m = enum_parse(spec_method_names(), s)) return *m;
+  return error_status("engine.speculative.method = \"" + s + "\": must be one of " + enum_allowed(spec_method_names()) +
+                      " (off, a draft model, or n-gram prompt lookup)");
 }
 
-const char* spec_method_name(SpecMethod m) {
-  switch (m) {
-    case SpecMethod::off: return "off";
-    case SpecMethod::draft: return "draft";
-    case SpecMethod::ngram: return "ngram";
-  }
-  return "?";
-}
+const char* spec_method_name(SpecMethod m) { return enum_name(spec_method_names(), m); }
 
-Status SpeculativeOptions::validate() const {
-  auto bad = [](const std::string& m) { return error_status("engine.speculative." + m); };
+Status SpeculativeOptions::validate(const std::string& prefix) const {
+  auto bad = [&](const std::string& m) { return error_status(prefix + m); };
   if (method == SpecMethod::off) return ok_status();
   if (num_speculative_tokens < 1 || num_speculative_tokens > 16)
     return bad("num_speculative_tokens = " + std::to_string(num_speculative_tokens) + ": must be in [1, 16]");
   if (method == SpecMethod::ngram && (ngram_min < 1 || ngram_max < ngram_min))
-    return bad("ngram_min / ngram_max = " + std::to_string(ngram_min) + " / " + std::to_string(ngram_max) +
-               ": need 1 <= ngram_min <= ngram_max");
+    return bad("ngram_min = " + std::to_string(ngram_min) + ": need 1 <= ngram_min <= ngram_max (ngram_max = " +
+               std::to_string(ngram_max) + ")");
   if (probe_every < 1) return bad("probe_every = " + std::to_string(probe_every) + ": must be >= 1");
   return ok_status();
+}
+
+Result<std::unique_ptr<ModelWeights>> spec_load_draft(const SpeculativeOptions& o, const ModelConfig& target,
+                                                     int max_model_len, Context& ctx, DType dt) {
+  if (o.method != SpecMethod::draft) return std::unique_ptr<ModelWeights>{};
+  if (o.draft_model.empty())
+    return error_status("engine.speculative.draft_model is required with engine.speculative.method = \"draft\"");
+  auto w = model_load(o.draft_model, ctx.device(), dt, &ctx);
+  if (!w.ok()) return w.status().with_context("engine.speculative.draft_model " + o.draft_model);
+  GRPO_TRY(spec_check_draft(target, w.value().config, max_model_len));
+  return std::make_unique<ModelWeights>(std::move(w).value());
 }
 
 std::vector<int32_t> spec_ngram_propose(const std::vector<int32_t>& tokens, int n_min, int n_max, int k) {
@@ -135,12 +144,12 @@ int SpecAdaptive::choose(int n_decode, bool has_draft) {
 
 // ---- draft runner ----
 
-SpecDraft::SpecDraft(Context& ctx, const ModelWeights& draft, ModelRunnerOptions ro) : ctx_(ctx) {
-  if (ro.kv_dtype != DType::f8e4m3) ro.kv_dtype = draft.dtype;
+SpecDraft::SpecDraft(Context& ctx, const ModelWeights& draft, EngineOptions eo, EngineGeometry geo) : ctx_(ctx) {
+  if (geo.kv_dtype != DType::f8e4m3) geo.kv_dtype = draft.dtype;
   // Round 1 carries the target's tokens minus its drafts plus at most one catch-up token per sequence.
-  ro.max_num_batched_tokens += ro.max_num_seqs;
-  ro.max_logit_rows = 0;
-  runner_ = std::make_unique<ModelRunner>(ctx, draft, ro);
+  eo.max_num_batched_tokens += eo.max_num_seqs;
+  geo.max_logit_rows = 0;
+  runner_ = std::make_unique<ModelRunner>(ctx, draft, eo, geo);
 }
 
 SpecDraft::~SpecDraft() = default;

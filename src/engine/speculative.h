@@ -55,22 +55,10 @@
 
 namespace grpo {
 
-enum class SpecMethod { off, draft, ngram };
-Result<SpecMethod> spec_method_from_string(const std::string& s);  // off | draft | ngram
-const char* spec_method_name(SpecMethod m);
-
-// [engine.speculative]; errors name the key.
-struct SpeculativeOptions {
-  SpecMethod method = SpecMethod::off;
-  std::string draft_model;         // HF directory of the draft (method draft; the caller loads it and
-                                   // checks it is set; the engine takes the weights)
-  int num_speculative_tokens = 4;  // k: drafts per step at most
-  int ngram_min = 1, ngram_max = 4;  // prompt-lookup suffix lengths tried (longest first)
-  bool adaptive = true;            // lower k / stop drafting when the cost model predicts a loss
-  int probe_every = 32;            // adaptive: steps between probe steps while drafting is off
-  Status validate() const;
-  bool enabled() const { return method != SpecMethod::off; }
-};
+// SpecMethod and SpeculativeOptions ([engine.speculative]) live in engine/engine_options.h.
+// "engine.speculative.method = ...: must be one of ..." for an unknown name.
+Result<SpecMethod> spec_method_from_string(const std::string& s);
+const char* spec_method_name(SpecMethod m);  // canonical name (spec_method_names())
 
 // Prompt lookup: up to k tokens proposed for `tokens` (empty when no suffix of length
 // in [n_min, n_max] occurred earlier).
@@ -79,6 +67,12 @@ std::vector<int32_t> spec_ngram_propose(const std::vector<int32_t>& tokens, int 
 // Checks that a draft model can propose for the target (same vocabulary, long enough
 // context). Errors say what differs.
 Status spec_check_draft(const ModelConfig& target, const ModelConfig& draft, int max_model_len);
+
+// Loads the draft model of method draft (nullptr for the other methods) on ctx's device
+// in dtype dt, checked against the target (spec_check_draft). Errors name
+// engine.speculative.draft_model.
+Result<std::unique_ptr<ModelWeights>> spec_load_draft(const SpeculativeOptions& o, const ModelConfig& target,
+                                                     int max_model_len, Context& ctx, DType dt);
 
 // Online linear cost model: seconds ≈ a + b · tokens (exponential forgetting).
 class SpecCostFit {
@@ -113,8 +107,9 @@ class Tokenizer;
 // The draft model's runner and the per-step draft rounds (method draft).
 class SpecDraft {
  public:
-  // ro: the target runner's options (the draft gets the same pool shape in its own KV dtype).
-  SpecDraft(Context& ctx, const ModelWeights& draft, ModelRunnerOptions ro);
+  // eo, geo: the target runner's options and geometry (the draft gets the same pool shape
+  // in its own KV dtype).
+  SpecDraft(Context& ctx, const ModelWeights& draft, EngineOptions eo, EngineGeometry geo);
   ~SpecDraft();
   // Round 1 over every scheduled sequence (catch-up and the target's ranges, so both pools
   // hold the same tokens), then k − 1 one-token rounds; writes proposals into the

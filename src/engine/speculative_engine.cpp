@@ -9,7 +9,7 @@
 
 namespace grpo {
 
-std::vector<RequestOutput> Engine::step_speculative() {
+std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* events) {
   std::vector<RequestOutput> done;
   const SpeculativeOptions& so = opt_.speculative;
 
@@ -128,11 +128,14 @@ std::vector<RequestOutput> Engine::step_speculative() {
     int acc = 0;
     while (acc < k && sampled[r + size_t(acc)].token == drafts[size_t(acc)]) ++acc;
     int emitted = 0;
+    TokenEvent* ev = nullptr;  // the last emitted token's (events only)
     for (int j = 0; j <= acc; ++j) {
       on_token(s, sampled[r + size_t(j)], now);
       ++emitted;
       ++stats_.tokens_generated;
+      ev = add_event(s, sampled[r + size_t(j)], events);
       if (s.finish != FinishReason::none) break;
+      after_token(s, ev, now, done);  // streams the text that became final
     }
     r += size_t(k) + 1;
     if (k > 0) {
@@ -151,7 +154,7 @@ std::vector<RequestOutput> Engine::step_speculative() {
       adapt_->observe(k, acc);
     }
     if (s.finish != FinishReason::none) {
-      done.push_back(finish_output(s, s.finish, now));
+      after_token(s, ev, now, done);  // s is gone from here
       continue;
     }
     if (k == 0) {

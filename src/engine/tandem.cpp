@@ -35,21 +35,18 @@ bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r' |
 
 }  // namespace
 
-Result<TandemStrategy> tandem_strategy_from_string(const std::string& s) {
-  if (s == "token") return TandemStrategy::token;
-  if (s == "chunk") return TandemStrategy::chunk;
-  if (s == "word") return TandemStrategy::word;
-  return error_status("tandem.strategy = \"" + s + "\": must be token, chunk or word");
+std::span<const EnumName<TandemStrategy>> tandem_strategy_names() {
+  static constexpr EnumName<TandemStrategy> names[] = {
+      {"token", TandemStrategy::token}, {"chunk", TandemStrategy::chunk}, {"word", TandemStrategy::word}};
+  return names;
 }
 
-const char* tandem_strategy_name(TandemStrategy s) {
-  switch (s) {
-    case TandemStrategy::token: return "token";
-    case TandemStrategy::chunk: return "chunk";
-    case TandemStrategy::word: return "word";
-  }
-  return "?";
+Result<TandemStrategy> tandem_strategy_from_string(const std::string& s) {
+  if (auto v = enum_parse(tandem_strategy_names(), s)) return *v;
+  return error_status("tandem.strategy = \"" + s + "\": must be one of " + enum_allowed(tandem_strategy_names()));
 }
+
+const char* tandem_strategy_name(TandemStrategy s) { return enum_name(tandem_strategy_names(), s); }
 
 Status TandemOptions::validate(int vocab_size) const {
   if (!(p_trained >= 0.0 && p_trained <= 1.0))
@@ -130,10 +127,11 @@ Status tandem_check_partner(const ModelConfig& trained, const ModelConfig& partn
   return ok_status();
 }
 
-TandemDecoder::TandemDecoder(Context& ctx, const ModelWeights& partner, ModelRunnerOptions ro, TandemOptions opt)
+TandemDecoder::TandemDecoder(Context& ctx, const ModelWeights& partner, const EngineOptions& eo, EngineGeometry geo,
+                             TandemOptions opt)
     : w_(partner), opt_(std::move(opt)) {
   GRPO_CHECK_MSG(opt_.validate(partner.config.vocab_size).ok(), "TandemDecoder: invalid options (validate first)");
-  if (ro.kv_dtype != DType::f8e4m3) ro.kv_dtype = partner.dtype;
+  if (geo.kv_dtype != DType::f8e4m3) geo.kv_dtype = partner.dtype;
   Context* pctx = &ctx;
 #ifdef GRPO_HAVE_CUDA
   if (ctx.device() == Device::cuda) {
@@ -149,7 +147,7 @@ TandemDecoder::TandemDecoder(Context& ctx, const ModelWeights& partner, ModelRun
     pctx = own_ctx_.get();
   }
 #endif
-  partner_ = std::make_unique<ModelRunner>(*pctx, partner, ro);
+  partner_ = std::make_unique<ModelRunner>(*pctx, partner, eo, geo);
 }
 
 TandemDecoder::~TandemDecoder() = default;

@@ -36,6 +36,9 @@
 #include <string>
 #include <vector>
 
+#include <span>
+
+#include "core/enum_table.h"
 #include "core/status.h"
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
@@ -46,7 +49,8 @@ class Tokenizer;
 struct EngineOptions;
 
 enum class TandemStrategy { token, chunk, word };
-Result<TandemStrategy> tandem_strategy_from_string(const std::string& s);  // token | chunk | word
+std::span<const EnumName<TandemStrategy>> tandem_strategy_names();  // token, chunk, word
+Result<TandemStrategy> tandem_strategy_from_string(const std::string& s);  // through tandem_strategy_names()
 const char* tandem_strategy_name(TandemStrategy s);
 
 // Per-token bits of tandem_word_flags.
@@ -87,9 +91,10 @@ Status tandem_check_partner(const ModelConfig& trained, const ModelConfig& partn
 
 class TandemDecoder {
  public:
-  // ro: the trained runner's options (the partner gets the same pool shape in its
-  // own KV dtype: kv_dtype == the trained weights' dtype means the partner's dtype).
-  TandemDecoder(Context& ctx, const ModelWeights& partner, ModelRunnerOptions ro, TandemOptions opt);
+  // eo, geo: the trained runner's options and geometry (the partner gets the same pool
+  // shape in its own KV dtype: kv_dtype == the trained weights' dtype means the partner's dtype).
+  TandemDecoder(Context& ctx, const ModelWeights& partner, const EngineOptions& eo, EngineGeometry geo,
+                TandemOptions opt);
   ~TandemDecoder();
 
   // One engine step through both models; out as ModelRunner::execute, with each row's

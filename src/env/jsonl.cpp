@@ -1,6 +1,7 @@
 // JSON Lines reader/writer. See jsonl.h for the error contract.
 #include "env/jsonl.h"
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -62,6 +63,9 @@ Result<JsonlFile> jsonl_parse(const std::string& text, const std::string& name,
 }
 
 Result<JsonlFile> jsonl_read(const std::string& path, const JsonlOptions& opt) {
+  // A directory opens as a stream that reads nothing: it would pass for an empty file.
+  if (std::filesystem::is_directory(path))
+    return error_status("'" + path + "' is a directory, not a JSONL file: point at the .jsonl file itself");
   std::ifstream in(path, std::ios::binary);
   if (!in) return error_status("cannot open JSONL file '" + path + "': check the path");
   std::ostringstream ss;

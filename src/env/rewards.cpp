@@ -2,8 +2,12 @@
 #include "env/rewards.h"
 
 #include <cmath>
+#include <thread>
 
+#include "core/check.h"
+#include "core/timer.h"
 #include "env/gsm8k.h"
+#include "env/remote_reward.h"
 
 namespace grpo {
 
@@ -115,6 +119,16 @@ bool type_ok(const json& v, RewardParamType t) {
     case RewardParamType::integer: return v.is_number_integer();
     case RewardParamType::boolean: return v.is_boolean();
     case RewardParamType::string: return v.is_string();
+    case RewardParamType::string_list:
+      if (!v.is_array()) return false;
+      for (const auto& e : v)
+        if (!e.is_string()) return false;
+      return true;
+    case RewardParamType::string_table:
+      if (!v.is_object()) return false;
+      for (const auto& e : v)
+        if (!e.is_string()) return false;
+      return true;
   }
   return false;
 }
@@ -125,6 +139,8 @@ const char* type_name(RewardParamType t) {
     case RewardParamType::integer: return "an integer";
     case RewardParamType::boolean: return "a boolean";
     case RewardParamType::string: return "a string";
+    case RewardParamType::string_list: return "an array of strings";
+    case RewardParamType::string_table: return "a table of strings";
   }
   return "?";
 }
@@ -145,6 +161,7 @@ Status check_ranges(const std::string& fn, const json& p) {
     if (p["cache_len"].get<int64_t>() <= 0 || p["cache_len"].get<int64_t>() > p["max_len"].get<int64_t>())
       return bad("cache_len", "must be in 1..max_len");
   }
+  if (fn == "http" || fn == "command") return remote_reward_check(fn, p);
   return ok_status();
 }
 
@@ -160,6 +177,13 @@ const std::vector<RewardInfo>& reward_catalog() {
       {"length_overlong", {{"max_len", T::integer, 1024}, {"cache_len", T::integer, 256}, {"unit", T::string, "tokens"}}},
       {"inference_aware", {{"alpha_latency", T::number, 0.01}, {"beta_tokens", T::number, 0.0}, {"gamma_kv_mb", T::number, 0.0},
                            {"delta_accept", T::number, 0.0}, {"epsilon_reuse", T::number, 0.0}}},
+      {"http", {{"url", T::string, ""}, {"mode", T::string, "batch"}, {"batch_size", T::integer, 16},
+                {"max_concurrency", T::integer, 4}, {"timeout", T::number, 30.0}, {"retries", T::integer, 2},
+                {"backoff", T::number, 0.5}, {"headers", T::string_table, json::object()},
+                {"api_key_env", T::string, ""}, {"on_failure", T::string, "error"}}},
+      {"command", {{"command", T::string_list, json::array()}, {"timeout", T::number, 60.0},
+                   {"restart", T::boolean, true}, {"max_in_flight", T::integer, 64},
+                   {"on_failure", T::string, "error"}}},
   };
   return cat;
 }
@@ -204,7 +228,10 @@ Result<std::unique_ptr<RewardFunction>> reward_make(const RewardSpec& spec) {
   else if (n == "format_soft") fn = std::make_unique<FormatReward>(n, spec.weight, false, p["think_in_prompt"].get<bool>());
   else if (n == "length_linear") fn = std::make_unique<LengthLinearReward>(n, spec.weight, p);
   else if (n == "length_overlong") fn = std::make_unique<OverlongReward>(n, spec.weight, p);
-  else fn = std::make_unique<InferenceAwareReward>(n, spec.weight, p);
+  else if (n == "inference_aware") fn = std::make_unique<InferenceAwareReward>(n, spec.weight, p);
+  else {
+    GRPO_ASSIGN_OR_RETURN(fn, remote_reward_make(n, spec.weight, p));
+  }
   return fn;
 }
 
@@ -239,6 +266,13 @@ float format_soft_score(std::string_view completion, bool think_in_prompt) {
   return score;
 }
 
+Status RewardFunction::compute_batch(const std::vector<RewardInput>& in, std::vector<float>* out, int64_t*) const {
+  out->resize(in.size());
+  for (size_t i = 0; i < in.size(); ++i)
+    (*out)[i] = compute(in[i].prompt, in[i].completion, *in[i].example, *in[i].telemetry);
+  return ok_status();
+}
+
 Result<RewardComposer> RewardComposer::make(const std::vector<RewardSpec>& specs) {
   if (specs.empty()) return error_status("no reward functions configured: add at least one [[reward]] entry");
   RewardComposer c;
@@ -252,20 +286,62 @@ Result<RewardComposer> RewardComposer::make(const std::vector<RewardSpec>& specs
       label += '_';
       label += std::to_string(repeat);
     }
+    GRPO_TRY(fn->start());
     c.labels_.push_back(label);
     c.fns_.push_back(std::move(fn));
   }
   return c;
 }
 
+bool RewardComposer::has_remote() const {
+  for (const auto& f : fns_)
+    if (f->is_remote()) return true;
+  return false;
+}
+
 RewardValues RewardComposer::compute(std::string_view prompt, std::string_view completion, const Example& ex,
                                      const Telemetry& tel) const {
+  GRPO_CHECK_MSG(!has_remote(), "remote rewards are scored through RewardComposer::compute_batch");
   RewardValues r;
   r.values.reserve(fns_.size());
   for (const auto& f : fns_) {
     float v = f->compute(prompt, completion, ex, tel);
     r.values.push_back(v);
     r.total += f->weight() * static_cast<double>(v);
+  }
+  return r;
+}
+
+Result<RewardBatchResult> RewardComposer::compute_batch(const std::vector<RewardInput>& in) const {
+  const size_t F = fns_.size();
+  std::vector<std::vector<float>> scores(F);
+  std::vector<Status> status(F);
+  RewardBatchResult r;
+  r.n_failed.assign(F, 0);
+  r.seconds.assign(F, 0.0);
+  auto run = [&](size_t f) {
+    const double t0 = now_seconds();
+    status[f] = fns_[f]->compute_batch(in, &scores[f], &r.n_failed[f]);
+    r.seconds[f] = now_seconds() - t0;
+  };
+  std::vector<std::thread> remote;
+  for (size_t f = 0; f < F; ++f)
+    if (fns_[f]->is_remote()) remote.emplace_back(run, f);
+  for (size_t f = 0; f < F; ++f)
+    if (!fns_[f]->is_remote()) run(f);
+  for (auto& t : remote) t.join();
+  for (size_t f = 0; f < F; ++f) {
+    if (!status[f].ok()) return status[f];
+    GRPO_CHECK_MSG(scores[f].size() == in.size(), "a reward function returned the wrong number of scores");
+  }
+  r.values.resize(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    RewardValues& v = r.values[i];
+    v.values.resize(F);
+    for (size_t f = 0; f < F; ++f) {
+      v.values[f] = scores[f][i];
+      v.total += fns_[f]->weight() * double(scores[f][i]);
+    }
   }
   return r;
 }

@@ -30,7 +30,15 @@
 //       when prompt_tokens is 0.
 // "unit" is "tokens" (Telemetry::n_tokens, which the caller must fill) or
 // "chars" (bytes of the completion text).
+//
+// Remote functions (remote_reward.h, docs/rewards.md) score outside C++:
+//   http: POSTs completions to a URL and reads their scores back.
+//   command: a long-lived subprocess speaking JSON lines on stdin/stdout.
+// They can fail (network, a dead process), so they are scored through
+// RewardComposer::compute_batch, which runs each remote function over the
+// whole batch concurrently with the local ones and returns their errors.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -45,7 +53,9 @@
 
 namespace grpo {
 
-enum class RewardParamType { number, integer, boolean, string };
+// string_list: an array of strings (a command's argv); string_table: a table
+// of string values (HTTP headers).
+enum class RewardParamType { number, integer, boolean, string, string_list, string_table };
 
 struct RewardParamInfo {
   std::string name;
@@ -69,13 +79,33 @@ struct RewardSpec {
   nlohmann::json params = nlohmann::json::object();  // only keys listed in the catalog
 };
 
+// One completion to score; the pointed-to data outlives the call.
+struct RewardInput {
+  std::string_view prompt;
+  std::string_view completion;
+  const Example* example = nullptr;
+  const Telemetry* telemetry = nullptr;
+};
+
 class RewardFunction {
  public:
   virtual ~RewardFunction() = default;
   const std::string& name() const { return name_; }
   double weight() const { return weight_; }
+  // Local functions only: remote ones abort here (they need compute_batch,
+  // which can report their errors).
   virtual float compute(std::string_view prompt, std::string_view completion, const Example& ex,
                         const Telemetry& tel) const = 0;
+  // Scores every input into (*out)[i]. A remote function configured with
+  // on_failure = "zero" scores what it could not get 0 and adds the count to
+  // *n_failed; with "error" it returns a status naming the function and the
+  // reason. The default calls compute() per input.
+  virtual Status compute_batch(const std::vector<RewardInput>& in, std::vector<float>* out, int64_t* n_failed) const;
+  // True for functions that leave the process (their failures and timing are logged).
+  virtual bool is_remote() const { return false; }
+  // Acquires what scoring needs (a subprocess). Called by RewardComposer::make,
+  // not by reward_make, so that validating a config starts nothing.
+  virtual Status start() { return ok_status(); }
 
  protected:
   RewardFunction(std::string name, double weight) : name_(std::move(name)), weight_(weight) {}
@@ -94,6 +124,14 @@ struct RewardValues {
   std::vector<float> values;  // unweighted, in composer order
 };
 
+// What compute_batch returns: values[i] for input i, and per function (composer
+// order) the number of inputs a remote function failed to score and its wall time.
+struct RewardBatchResult {
+  std::vector<RewardValues> values;
+  std::vector<int64_t> n_failed;
+  std::vector<double> seconds;
+};
+
 class RewardComposer {
  public:
   static Result<RewardComposer> make(const std::vector<RewardSpec>& specs);
@@ -101,8 +139,14 @@ class RewardComposer {
   // Logging label of function i: its name, or "name_2", "name_3" for repeats.
   const std::string& label(size_t i) const { return labels_[i]; }
   const RewardFunction& function(size_t i) const { return *fns_[i]; }
+  bool has_remote() const;
+  // One completion through local functions only (aborts if a remote one is configured).
   RewardValues compute(std::string_view prompt, std::string_view completion, const Example& ex,
                        const Telemetry& tel) const;
+  // A whole batch: every remote function runs on its own thread (each scoring
+  // its inputs concurrently up to its own limit) while the local ones run on
+  // the caller's thread. Errors come from remote functions with on_failure = "error".
+  Result<RewardBatchResult> compute_batch(const std::vector<RewardInput>& in) const;
   // Batch summary: "reward/mean", "reward/std" (population) of totals, and
   // "rewards/<label>/mean" for each function. Empty batch: empty list.
   std::vector<std::pair<std::string, double>> summarize(const std::vector<RewardValues>& batch) const;

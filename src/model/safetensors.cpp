@@ -109,19 +109,34 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   std::sort(f.entries_.begin(), f.entries_.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
+  // The tensors must tile the data section exactly, as the Rust reference
+  // requires: a header length lowered into its space padding still parses but
+  // shifts every tensor, which only shows up as bytes left over at the end.
+  size_t expect = 0;
+  const SafetensorsEntry* prev = nullptr;
   for (size_t i = 0; i < f.entries_.size(); ++i) {
-    // empty tensors take no bytes and may share an offset with anything
-    if (i > 0 && f.entries_[i].begin != f.entries_[i].end) {
-      for (size_t k = i; k-- > 0;) {
-        if (f.entries_[k].begin == f.entries_[k].end) continue;
-        if (f.entries_[k].end > f.entries_[i].begin)
-          return fail("tensors \"" + f.entries_[k].name + "\" and \"" + f.entries_[i].name +
-                      "\" overlap in the data section (corrupt file)");
-        break;
-      }
-    }
-    f.index_[f.entries_[i].name] = i;
+    const SafetensorsEntry& e = f.entries_[i];
+    if (e.begin < expect)
+      return fail("tensors \"" + prev->name + "\" (bytes " + std::to_string(prev->begin) + ".." +
+                  std::to_string(prev->end) + ") and \"" + e.name + "\" (bytes " + std::to_string(e.begin) + ".." +
+                  std::to_string(e.end) + ") overlap in the data section (corrupt file); re-download or re-save it");
+    if (e.begin > expect)
+      return fail("tensor \"" + e.name + "\" begins at byte " + std::to_string(e.begin) + " of the data section but " +
+                  (prev ? "the previous tensor \"" + prev->name + "\" ends at byte " + std::to_string(expect)
+                        : std::string("the data section starts at byte 0")) +
+                  ": " + std::to_string(e.begin - expect) +
+                  " bytes belong to no tensor (corrupt header offsets); re-download or re-save it");
+    expect = e.end;
+    prev = &e;
+    f.index_[e.name] = i;
   }
+  if (expect != f.data_size_)
+    return fail(std::to_string(f.data_size_ - expect) + " bytes of the " + std::to_string(f.data_size_) +
+                "-byte data section follow " +
+                (prev ? "the last tensor \"" + prev->name + "\" (ends at byte " + std::to_string(expect) + ")"
+                      : std::string("a header without tensors")) +
+                " and belong to no tensor: the header length (" + std::to_string(n) +
+                ") is wrong or bytes were appended (corrupt file); re-download or re-save it");
   return f;
 }
 

@@ -2,7 +2,8 @@
 // u64 little-endian header length N, N bytes of JSON header, then the data
 // section). The reader maps the file read-only and validates the whole header
 // at open (lengths, JSON, dtypes, offsets inside the data section, sizes equal
-// numel × dtype size, no overlaps); tensors are then zero-copy host views of
+// numel × dtype size, offsets that tile the data section exactly: no gaps,
+// overlaps or trailing bytes); tensors are then zero-copy host views of
 // the mapping that keep it alive. The writer pads the header with spaces to a
 // multiple of 8 bytes (as the Python library does) and writes atomically.
 #pragma once

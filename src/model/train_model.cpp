@@ -104,6 +104,20 @@ TrainModel::~TrainModel() = default;
 TrainModel::TrainModel(TrainModel&&) noexcept = default;
 TrainModel& TrainModel::operator=(TrainModel&&) noexcept = default;
 
+size_t train_model_activation_bytes(const ModelConfig& c, DType dt, int64_t max_tokens, bool recompute) {
+  const size_t T = size_t(std::max<int64_t>(max_tokens, 1)), es = dtype_size(dt);
+  const size_t C = size_t(c.hidden_size), F = size_t(c.intermediate_size), D = size_t(c.head_dim);
+  const size_t Hq = size_t(c.n_heads), Hk = size_t(c.n_kv_heads), L = size_t(c.n_layers);
+  // One layer's LayerBufs per token (see LayerBufs::carve).
+  size_t layer = es * (3 * C + 2 * Hq * D + 2 * Hk * D + 3 * F) + 4 * (2 + Hq);
+  if (c.qk_norm) layer += es * (Hq + Hk) * D + 4 * (Hq + Hk);
+  const size_t stored_layers = recompute ? 1 : L;  // layer inputs (L + 1) are kept either way
+  // Backward scratch (dx ... dxf), counted at 4 bytes so that f32 accumulators fit too.
+  const size_t backward = 4 * (5 * C + 3 * F + 2 * size_t(c.qkv_dim()) + 2 * Hq * D);
+  const size_t inputs = 4 * 6;  // tokens, positions, rows, targets, logp, dlogp
+  return T * (stored_layers * layer + (L + 1) * 4 * C + backward + inputs + es * size_t(c.qkv_dim()));
+}
+
 Result<TrainBatch> train_batch_build(Context& ctx, const std::vector<std::vector<int32_t>>& sequences,
                                      const std::vector<int32_t>& prompt_lens, int vocab_size) {
   if (sequences.empty()) return error_status("train batch: no sequences");

@@ -68,6 +68,12 @@ struct TrainModel {
   std::unique_ptr<TrainState> state;
 };
 
+// Upper estimate of the device bytes a TrainModel's buffers reach for micro-batches of
+// up to max_tokens packed tokens (weights of dtype dt): stored activations (every
+// layer, or one layer's plus each layer's input with recompute), backward scratch and
+// batch inputs. Used to leave the trainer room when the KV pool is sized.
+size_t train_model_activation_bytes(const ModelConfig& cfg, DType dt, int64_t max_tokens, bool recompute);
+
 // logp (T') f32 and entropy (T') f32 (optional) on ctx.device(). With
 // keep_for_backward, activations are kept for train_model_backward.
 void train_model_forward(Context& ctx, TrainModel& m, const ModelWeights& w, const TrainBatch& b, Tensor& logp,

@@ -9,10 +9,14 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "model/safetensors.h"
+#include "train/loop_remote.h"
+#include "dist/communicator.h"
+#include "train/data_parallel.h"
 #include "train/loop_setup.h"
 #include "train/metrics_jsonl.h"
 #include "train/metrics_progress.h"
 #include "train/plot.h"
+#include "train/run_dir.h"
 #include "train/tensorboard.h"
 
 namespace grpo {
@@ -74,7 +78,8 @@ class Writers {
       multi_.add(std::move(w));
     }
     if (cfg.log.tensorboard) {
-      GRPO_ASSIGN_OR_RETURN(auto w, TensorBoardWriter::open((fs::path(out_dir) / "tb").string()));
+      GRPO_ASSIGN_OR_RETURN(auto w, TensorBoardWriter::open_run((fs::path(out_dir) / "tb").string(),
+                                                                resume ? resume_step : -1));
       multi_.add(std::move(w));
     }
     return ok_status();
@@ -108,25 +113,82 @@ bool early_stop_update(const RunConfig& cfg, const MetricList& ev, int64_t step,
 }  // namespace
 
 Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptions& opt) {
+  // Config errors first, so that a bad config leaves no run directory behind.
+  GRPO_TRY(cfg_in.validate());
+  GRPO_TRY(run_config_resolve_paths(cfg_in).status());
+  Communicator* comm = opt.comm;
+  const int n_ranks = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
+  const bool lead = rank == 0;  // owns the run directory: lock, metrics, checkpoints
+  if (cfg_in.rollout.prompts_per_step % n_ranks != 0)
+    return error_status("rollout.prompts_per_step = " + std::to_string(cfg_in.rollout.prompts_per_step) +
+                        " does not split over " + std::to_string(n_ranks) +
+                        " ranks: it is the global batch; make it a multiple of the number of ranks");
+  const std::string out_dir = opt.out_dir.empty() ? cfg_in.run.output_dir : opt.out_dir;
+  std::optional<RunDirLock> lock;
+  if (lead) {
+    GRPO_ASSIGN_OR_RETURN(RunDirLock l, RunDirLock::acquire(out_dir));
+    lock.emplace(std::move(l));
+    if (opt.resume) GRPO_TRY(run_dir_check_resume_config(out_dir, cfg_in, opt.resume_with_changes, opt.console));
+  }
   GRPO_ASSIGN_OR_RETURN(std::unique_ptr<LoopRun> run, loop_setup(cfg_in, opt));
   LoopRun& r = *run;
   const RunConfig& cfg = r.cfg;
   TrainerState& st = r.state;
   std::FILE* con = opt.console;
 
+  // [server]: outside requests share the engine through the service, which runs only
+  // while the loop generates; weights change while it is paused (drained), so every
+  // answer comes from one policy version (the optimizer step).
+  std::unique_ptr<EngineService> svc;
+  std::shared_ptr<void> http;  // declared after svc: released first
+  // Released before http: lets the requests still queued finish, so that stopping the
+  // HTTP workers never waits on a paused service.
+  struct Resume {
+    EngineService* s = nullptr;
+    ~Resume() {
+      if (s) s->resume();
+    }
+  } resume_at_exit;
+  if (cfg.server.enabled) {
+    if (!opt.start_server)
+      return error_status("server.enabled = true, but this program cannot start the HTTP server; run it with `grpo train`");
+    svc = std::make_unique<EngineService>(*r.engine, ServiceOptions{int(cfg.server.max_queued_requests)});
+    svc->pause_and_drain();
+    svc->set_policy_version(st.step);
+    GRPO_ASSIGN_OR_RETURN(http, opt.start_server(*svc, r.tok.get(), cfg.server));
+    resume_at_exit.s = svc.get();
+  }
+  DataParallel dp;
+  std::vector<int64_t> prompt_split = split_even(cfg.rollout.prompts_per_step, n_ranks);
+  if (comm) {
+    dp.comm = comm;
+    dp.zero_stage = int(cfg.dist.zero_stage);
+    dp.bucket_elems = std::max<int64_t>(1, int64_t(cfg.dist.bucket_mb * 1048576.0 / 4.0));
+    if (dp.zero_stage == 1) optimizer_shard(r.trainer.opt, *r.weights, dp);
+    r.trainer.dp = &dp;
+    r.rollout_cfg.request_offset = prompt_split[size_t(rank)];
+    r.rollout_cfg.comm = comm;
+  }
+  const std::vector<int64_t> eval_split = split_even(int64_t(r.eval_prompts.size()), n_ranks);
+  const std::vector<PreparedPrompt> eval_mine(r.eval_prompts.begin() + long(eval_split[size_t(rank)]),
+                                              r.eval_prompts.begin() + long(eval_split[size_t(rank) + 1]));
+
   Writers writers;
-  GRPO_TRY(writers.open(cfg, r.out_dir, r.resumed, st.step));
+  if (lead) GRPO_TRY(writers.open(cfg, r.out_dir, r.resumed, st.step));
+  auto write_metrics = [&](int64_t step, const MetricList& m) { return lead ? writers.write(step, m) : ok_status(); };
 
   TrainLoopResult res;
   res.out_dir = r.out_dir;
   auto do_eval = [&](int64_t step) -> Status {
     if (r.eval_prompts.empty()) return ok_status();
-    auto ev = rollout_eval_solo_tandem(*r.engine, *r.env, *r.rewards, r.eval_prompts, r.eval_params,
-                                       uint64_t(cfg.rollout.seed), cfg.tandem.eval_tandem);
+    auto ev = rollout_eval_solo_tandem(*r.engine, *r.env, *r.rewards, eval_mine, r.eval_params,
+                                       uint64_t(cfg.rollout.seed), cfg.tandem.eval_tandem, svc.get(),
+                                       eval_split[size_t(rank)]);
     if (!ev.ok()) return ev.status().with_context("eval at step " + std::to_string(step));
     r.engine->reset_prefix_cache();
     res.last_eval = ev.value();
-    GRPO_TRY(writers.write(step, res.last_eval));
+    if (comm) GRPO_TRY(dp_reduce_eval_metrics(*comm, res.last_eval).with_context("eval metrics"));
+    GRPO_TRY(write_metrics(step, res.last_eval));
     if (con)
       std::fprintf(con, "%seval step %lld: accuracy %.4f reward %.4f (%d prompts, %.1f s)\n",
                    r.progress && r.progress->is_bar() ? "\n" : "", (long long)step,
@@ -135,12 +197,23 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     if (early_stop_update(cfg, res.last_eval, step, st)) st.stopped_early = true;
     return ok_status();
   };
+  int64_t saved_step = -1;
   auto save = [&](bool mid_generation) -> Status {
+    if (saved_step == st.step) return ok_status();
+    saved_step = st.step;
     st.mid_generation = mid_generation;
     st.data_epoch = r.cursor->epoch();
     st.data_index = r.cursor->index();
     st.last_lr = lr_at(r.trainer.sched, std::max<int64_t>(0, r.trainer.opt.step - 1));
-    auto p = checkpoint_save(*r.ctx, r.out_dir, *r.weights, r.trainer.opt, st, r.ckpt_opts);
+    // ZeRO-1: the checkpoint holds the full optimizer state, so a resume may use any number of ranks.
+    std::optional<Optimizer> full;
+    if (dp.zero_stage == 1) {
+      Status gs;
+      full.emplace(optimizer_gather_full(*r.ctx, r.trainer.opt, *r.weights, dp, &gs));
+      GRPO_TRY(gs.with_context("gathering ZeRO-1 shards for the checkpoint at step " + std::to_string(st.step)));
+    }
+    if (!lead) return ok_status();
+    auto p = checkpoint_save(*r.ctx, r.out_dir, *r.weights, full ? *full : r.trainer.opt, st, r.ckpt_opts);
     if (!p.ok()) return p.status().with_context("checkpoint at step " + std::to_string(st.step));
     res.last_checkpoint = p.value();
     GRPO_LOG_DEBUG("wrote %s", p.value().c_str());
@@ -149,23 +222,51 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
 
   if (!r.resumed && cfg.eval.every > 0 && cfg.eval.at_start) GRPO_TRY(do_eval(0));
 
+  const bool remote = cfg.data.env == "remote";
+  if (remote) {
+    if (!opt.make_trajectory_source)
+      return error_status("data.env = \"remote\", but this program cannot host or reach a trajectory API; run it with `grpo train`");
+    GRPO_ASSIGN_OR_RETURN(std::shared_ptr<TrajectorySource> src, opt.make_trajectory_source(cfg));
+    RemoteLoopHooks hooks{[&](int64_t s, const MetricList& m) { return writers.write(s, m); }, [&] { return save(false); }};
+    GRPO_ASSIGN_OR_RETURN(bool killed, remote_train_loop(r, opt, *src, svc.get(), hooks));
+    if (killed) {
+      if (r.progress) r.progress->finish();
+      res.steps = st.step;
+      return res;  // simulated kill: no final checkpoint, no plot
+    }
+    if (opt.stop_signal && opt.stop_signal->load() != 0 && st.step < cfg.train.steps)
+      res.stop_signal = opt.stop_signal->load();
+  }
   const int64_t mu = cfg.train.num_iterations, spg = cfg.train.steps_per_generation;
   const bool use_old = mu > 1 || spg > 1;
   std::optional<RolloutBatch> batch;
   int64_t batch_pos = 0;  // optimizer steps taken on `batch`
   bool ckpt_due = false;
   int64_t steps_this_run = 0;
-  while (st.step < cfg.train.steps && !st.stopped_early) {
+  int64_t n_skipped_in_row = 0;
+  auto stop_requested = [&] {
+    if (opt.stop_signal && opt.stop_signal->load() != 0) res.stop_signal = opt.stop_signal->load();
+    if (comm && n_ranks > 1) {
+      // Every rank must leave the loop at the same step, or the others would wait in a collective.
+      std::vector<double> s = {double(res.stop_signal)};
+      if (comm->all_reduce_host(s, HostReduce::max).ok()) res.stop_signal = int(s[0]);
+    }
+    return res.stop_signal != 0;
+  };
+  while (!remote && st.step < cfg.train.steps && !st.stopped_early && !stop_requested()) {
     const double t_step = now_seconds();
     MetricList rec;
     if (!batch) {
       std::vector<PreparedPrompt> prompts;
-      for (size_t i : r.cursor->next(size_t(cfg.rollout.prompts_per_step))) {
+      const std::vector<size_t> global = r.cursor->next(size_t(cfg.rollout.prompts_per_step));
+      for (size_t i : std::vector<size_t>(global.begin() + long(prompt_split[size_t(rank)]),
+                                          global.begin() + long(prompt_split[size_t(rank) + 1]))) {
         auto p = prompt_prepare(r.format, *r.tok, r.env->example(Split::train, i));
         if (!p.ok()) return p.status();
         prompts.push_back(std::move(p).value());
       }
-      auto b = rollout_generate(*r.engine, *r.env, *r.rewards, std::move(prompts), r.rollout_cfg, st.generation);
+      auto b = rollout_generate(*r.engine, *r.env, *r.rewards, std::move(prompts), r.rollout_cfg, st.generation,
+                                svc.get());
       if (!b.ok()) return b.status().with_context("rollout of generation " + std::to_string(st.generation));
       ++st.generation;
       batch = std::move(b).value();
@@ -188,8 +289,10 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     r.engine->reset_prefix_cache();
     r.ctx->synchronize();
     rec = concat(std::move(rec), tm.value());
+    if (comm) GRPO_TRY(dp_reduce_step_metrics(*comm, rec).with_context("step metrics"));
     rec.emplace_back("time/sync", now_seconds() - t_sync);
     ++st.step;
+    if (svc) svc->set_policy_version(st.step);
     ++steps_this_run;
     if (++batch_pos == mu * spg) batch.reset();
     const double wall = now_seconds() - t_step;
@@ -197,8 +300,23 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     rec.emplace_back("tokens/s", wall > 0 ? find_metric(rec, "tokens/generated", 0) / wall : 0.0);
     rec.emplace_back("generation", double(st.generation));
     rec.emplace_back("epoch", double(r.cursor->epoch()));
-    if (st.step % cfg.log.every == 0 || st.step == cfg.train.steps) GRPO_TRY(writers.write(st.step, rec));
+    if (st.step % cfg.log.every == 0 || st.step == cfg.train.steps) GRPO_TRY(write_metrics(st.step, rec));
     if (r.progress) r.progress->update(st.step, progress_fields(rec, res.last_eval));
+    if (opt.on_step) opt.on_step(st.step);
+    n_skipped_in_row = find_metric(tm.value(), "optimizer/skipped", 0.0) > 0 ? n_skipped_in_row + 1 : 0;
+    if (cfg.train.max_consecutive_skipped_steps > 0 && n_skipped_in_row >= cfg.train.max_consecutive_skipped_steps) {
+      if (r.progress) r.progress->finish();
+      return error_status(
+          "step " + std::to_string(st.step) + ": the last " + std::to_string(n_skipped_in_row) +
+          " optimizer steps were all skipped because the gradients were not finite (loss " +
+          std::to_string(find_metric(tm.value(), "loss", NAN)) + ", grad_norm " +
+          std::to_string(find_metric(tm.value(), "grad_norm", NAN)) +
+          "); the weights no longer change, so the run stops here. Lower train.lr, check the model and data, or "
+          "raise train.max_consecutive_skipped_steps (0 = never stop)");
+    }
+    // The step is done; its eval and scheduled checkpoint give way to the stop's. After the
+    // last step the run simply ends as usual.
+    if (st.step < cfg.train.steps && stop_requested()) break;
 
     if (cfg.eval.every > 0 && (st.step % cfg.eval.every == 0 || st.step == cfg.train.steps)) GRPO_TRY(do_eval(st.step));
     if (cfg.checkpoint.every > 0 && st.step % cfg.checkpoint.every == 0) ckpt_due = true;
@@ -218,14 +336,19 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     std::fprintf(con, "early stopping at step %lld: %s did not improve for %lld evals (best %.4f at step %lld)\n",
                  (long long)st.step, cfg.eval.early_stopping_metric.c_str(), (long long)st.evals_without_improvement,
                  st.best_metric, (long long)st.best_step);
-  if (cfg.checkpoint.save_final || ckpt_due) GRPO_TRY(save(batch.has_value()));
-  if (cfg.log.plot) {
+  if (res.stop_signal) {
+    if (steps_this_run > 0 || (remote && st.step > 0)) GRPO_TRY(save(batch.has_value()));
+    else res.last_checkpoint = r.resumed_from;
+  } else if (cfg.checkpoint.save_final || ckpt_due) {
+    GRPO_TRY(save(batch.has_value()));
+  }
+  if (cfg.log.plot && lead) {
     PlotOptions po;
     po.title = cfg.run.name.empty() ? fs::path(r.out_dir).filename().string() : cfg.run.name;
     po.metrics = cfg.log.plot_metrics.empty() ? loop_plot_metrics(writers.history()) : cfg.log.plot_metrics;
     GRPO_TRY(plot_write_html((fs::path(r.out_dir) / "plot.html").string(), writers.history(), po));
   }
-  if (con)
+  if (con && !res.stop_signal)
     std::fprintf(con, "done: %lld steps in %s%s%s\n", (long long)st.step, r.out_dir.c_str(),
                  res.last_checkpoint.empty() ? "" : ", checkpoint ", res.last_checkpoint.c_str());
   res.steps = st.step;

@@ -127,22 +127,19 @@ GrpoLossOutput grpo_loss(const GrpoLossConfig& cfg, const GrpoLossInput& in, con
   GrpoMetrics& M = out.metrics;
 
   // Effective mask m_t (truncated completions dropped) and its per-sequence counts;
-  // the normalisers' counts (den_*) weigh each token by w_t under weights_in_denominator.
-  std::vector<double> m(T), seq_n(S, 0.0), den_seq(S, 0.0);
-  double n_tok = 0, den_tok = 0;
-  const bool wden = cfg.weights_in_denominator && !in.weights.empty();
+  // the token means divide by the weighted counts Σ m_t·w_t (seq_wn, wn_tok).
+  std::vector<double> m(T), seq_n(S, 0.0), seq_wn(S, 0.0);
+  double n_tok = 0, wn_tok = 0;
   for (size_t s = 0; s < S; ++s) {
     const bool drop = cfg.mask_truncated_completions && !in.truncated.empty() && in.truncated[s];
     for (int32_t t = in.seq_offsets[s]; t < in.seq_offsets[s + 1]; ++t) {
       m[size_t(t)] = drop ? 0.0 : (in.mask.empty() ? 1.0 : double(in.mask[size_t(t)]));
       seq_n[s] += m[size_t(t)];
-      den_seq[s] += wden ? m[size_t(t)] * double(in.weights[size_t(t)]) : m[size_t(t)];
+      seq_wn[s] += m[size_t(t)] * (in.weights.empty() ? 1.0 : double(in.weights[size_t(t)]));
     }
     n_tok += seq_n[s];
-    den_tok += den_seq[s];
+    wn_tok += seq_wn[s];
   }
-  // Weighted counts may be fractional: only an empty (zero) count falls back to 1.
-  auto den = [&](double x) { return wden ? (x > 0 ? x : 1.0) : std::max(1.0, x); };
   const double k = norm.n_micro;
   const double S_tot = norm.n_seqs_total > 0 ? double(norm.n_seqs_total) : double(S) * k;
 
@@ -186,11 +183,11 @@ GrpoLossOutput grpo_loss(const GrpoLossConfig& cfg, const GrpoLossInput& in, con
     // Normaliser of this sequence's tokens.
     double c = 0;
     switch (cfg.loss_type) {
-      case LossType::grpo: c = 1.0 / (den(den_seq[s]) * S_tot); break;
-      case LossType::bnpo: c = 1.0 / (den(den_tok) * k); break;
+      case LossType::grpo: c = 1.0 / (std::max(1.0, seq_wn[s]) * S_tot); break;
+      case LossType::bnpo: c = 1.0 / (std::max(1.0, wn_tok) * k); break;
       case LossType::dr_grpo: c = 1.0 / (S_tot * double(cfg.max_completion_length)); break;
       case LossType::dapo:
-      case LossType::cispo: c = 1.0 / (norm.dapo_num_items > 0 ? norm.dapo_num_items : den(den_tok)); break;
+      case LossType::cispo: c = 1.0 / (norm.dapo_num_items > 0 ? norm.dapo_num_items : std::max(1.0, wn_tok)); break;
     }
     // IS correction weights of this sequence's tokens (detached).
     if (seq_is) {

@@ -26,12 +26,14 @@
 //   kl_t  = exp(ref_t − logp_t) − (ref_t − logp_t) − 1        (k3; only when β ≠ 0)
 //   term_t = w_t · (is_t · pg_t + β · kl_t)
 // Normalisation over the micro-batch (k = gradient-accumulation steps, S
-// sequences here, S_tot over the whole optimizer step):
-//   grpo    : Σ_s [Σ_t m_t term_t / n_s] / S_tot                  (TRL: mean_s(...) / k)
-//   bnpo    : Σ_t m_t term_t / max(1, Σ_t m_t over THIS micro-batch) / k
+// sequences here, S_tot over the whole optimizer step); token counts are
+// weighted, Σ_t m_t w_t, so that a token of weight w counts w times in the
+// mean (with all w_t = 1 these are TRL's counts):
+//   grpo    : Σ_s [Σ_t m_t term_t / max(1, Σ_t m_t w_t)] / S_tot       (TRL: mean_s(...) / k)
+//   bnpo    : Σ_t m_t term_t / max(1, Σ_t m_t w_t over THIS micro-batch) / k
 //   dr_grpo : Σ_t m_t term_t / (S_tot · max_completion_length)          (TRL: / (S · L) / k)
-//   dapo, cispo : Σ_t m_t term_t / N_items, N_items = completion tokens (after truncation masking)
-//             of the whole generation batch divided by the number of processes
+//   dapo, cispo : Σ_t m_t term_t / N_items, N_items = Σ m_t w_t over the completion tokens (after
+//             truncation masking) of the whole generation batch divided by the number of processes
 // With S_tot = S·k (equal micro-batches) these are TRL's formulas; with S_tot
 // given they stay exact for unequal micro-batches, so k micro-batches sum to
 // the loss of one big batch for grpo, dr_grpo, dapo and cispo. bnpo is per
@@ -78,10 +80,6 @@ struct GrpoLossConfig {
   float is_cap = 3.f;                   // C
   bool mask_truncated_completions = false;
   int max_completion_length = 256;      // dr_grpo's constant
-  // Tandem training (the llm-tandem-verl fork): the per-token weights also enter the
-  // token-count denominators, i.e. n_s, bnpo's Σ m_t and dapo's N_items count Σ m_t·w_t
-  // (a sum of 0 counts as 1); dr_grpo's constant and GSPO's mean log-ratio stay unweighted.
-  bool weights_in_denominator = false;
   Status validate() const;
 };
 

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "core/timer.h"
+#include "dist/communicator.h"
 
 namespace grpo {
 
@@ -17,8 +18,20 @@ uint64_t rollout_seed_for(uint64_t seed, int64_t generation, int64_t request) {
 
 Result<std::vector<RequestOutput>> engine_run_prompts(Engine& engine, const std::vector<PreparedPrompt>& prompts,
                                                       const SamplingParams& params,
-                                                      const std::vector<uint64_t>& seeds) {
+                                                      const std::vector<uint64_t>& seeds, EngineService* svc) {
   GRPO_CHECK(seeds.empty() || seeds.size() == prompts.size());
+  if (svc) {
+    std::vector<std::vector<int32_t>> ids;
+    std::vector<SamplingParams> ps(prompts.size(), params);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ids.push_back(prompts[i].ids);
+      if (!seeds.empty()) ps[i].seed = seeds[i];
+    }
+    svc->resume();
+    auto out = svc->generate(ids, ps);
+    svc->pause_and_drain();
+    return out;
+  }
   const size_t n = size_t(params.n);
   std::vector<RequestOutput> result(prompts.size() * n);
   std::map<int64_t, size_t> first;  // request id -> index of its sample 0
@@ -56,31 +69,38 @@ Telemetry telemetry_of(const RequestOutput& o) {
 
 Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, const RewardComposer& rewards,
                                       std::vector<PreparedPrompt> prompts, const RolloutConfig& rc,
-                                      int64_t generation) {
+                                      int64_t generation, EngineService* svc) {
   RolloutBatch b;
   b.group_size = rc.params.n;
   b.prompts = std::move(prompts);
   std::vector<uint64_t> seeds(b.prompts.size());
-  for (size_t k = 0; k < seeds.size(); ++k) seeds[k] = rollout_seed_for(rc.seed, generation, int64_t(k));
+  for (size_t k = 0; k < seeds.size(); ++k) seeds[k] = rollout_seed_for(rc.seed, generation, rc.request_offset + int64_t(k));
 
   const double t0 = now_seconds();
-  GRPO_ASSIGN_OR_RETURN(std::vector<RequestOutput> outs, engine_run_prompts(engine, b.prompts, rc.params, seeds));
+  GRPO_ASSIGN_OR_RETURN(std::vector<RequestOutput> outs, engine_run_prompts(engine, b.prompts, rc.params, seeds, svc));
   const double t1 = now_seconds();
 
   const size_t G = size_t(b.group_size), N = outs.size();
   b.completions.resize(N);
   std::vector<float> totals(N);
   std::vector<double> fn_sum(rewards.size(), 0.0);
-  double score_sum = 0, len_sum = 0, len_max = 0, n_trunc = 0;
+  double score_sum = 0, len_sum = 0, len_max = 0, n_trunc = 0, prefix_hits = 0, prompt_toks = 0;
   double tandem_trained = 0, tandem_tokens = 0, tandem_switches = 0;
   bool tandem = false;
+  std::vector<Telemetry> tels(N);
+  std::vector<RewardInput> inputs(N);
+  for (size_t i = 0; i < N; ++i) {
+    b.completions[i].out = std::move(outs[i]);
+    const PreparedPrompt& pp = b.prompts[i / G];
+    tels[i] = telemetry_of(b.completions[i].out);
+    inputs[i] = {pp.text, b.completions[i].out.text, &pp.example, &tels[i]};
+  }
+  GRPO_ASSIGN_OR_RETURN(RewardBatchResult scored, rewards.compute_batch(inputs));
   for (size_t i = 0; i < N; ++i) {
     Completion& c = b.completions[i];
-    c.out = std::move(outs[i]);
     const PreparedPrompt& pp = b.prompts[i / G];
-    const Telemetry tel = telemetry_of(c.out);
-    c.truncated = tel.truncated;
-    RewardValues rv = rewards.compute(pp.text, c.out.text, pp.example, tel);
+    c.truncated = tels[i].truncated;
+    RewardValues& rv = scored.values[i];
     c.reward = float(rv.total);
     c.reward_values = std::move(rv.values);
     c.score = env.score(pp.example, c.out.text);
@@ -91,6 +111,8 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
     len_sum += len;
     len_max = std::max(len_max, len);
     n_trunc += c.truncated ? 1 : 0;
+    prefix_hits += c.out.telemetry.prefix_hit_tokens;
+    prompt_toks += c.out.telemetry.prompt_tokens;
     b.n_completion_tokens += int64_t(len);
     const auto& mm = c.out.model_mask;
     if (!mm.empty()) {
@@ -100,10 +122,21 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
         tandem_switches += t > 0 && mm[t] != mm[t - 1];
       }
       tandem_tokens += double(mm.size());
+      c.loss_weights = tandem_loss_weights(mm, rc.tandem_partner_weight);
     }
   }
   AdvantageStats st;
-  GRPO_ASSIGN_OR_RETURN(b.advantages, compute_advantages(totals, b.group_size, rc.scale, &st));
+  if (rc.comm && rc.comm->size() > 1) {
+    // Groups never straddle ranks, but "batch" scaling and the reward statistics
+    // are over the global batch: compute them from every rank's rewards.
+    GRPO_ASSIGN_OR_RETURN(std::vector<float> all, rc.comm->all_gather_host(totals));
+    GRPO_ASSIGN_OR_RETURN(std::vector<float> adv, compute_advantages(all, b.group_size, rc.scale, &st));
+    const size_t first = size_t(rc.request_offset) * G;
+    GRPO_CHECK(first + N <= adv.size());
+    b.advantages.assign(adv.begin() + long(first), adv.begin() + long(first + N));
+  } else {
+    GRPO_ASSIGN_OR_RETURN(b.advantages, compute_advantages(totals, b.group_size, rc.scale, &st));
+  }
   const double t2 = now_seconds();
 
   const double dn = double(std::max<size_t>(N, 1));
@@ -111,6 +144,11 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
   m.emplace_back("reward/mean", st.reward_mean);
   m.emplace_back("reward/std", st.reward_std);
   for (size_t f = 0; f < fn_sum.size(); ++f) m.emplace_back("reward/" + rewards.label(f) + "/mean", fn_sum[f] / dn);
+  for (size_t f = 0; f < fn_sum.size(); ++f)
+    if (rewards.function(f).is_remote()) {
+      m.emplace_back("reward/" + rewards.label(f) + "/failed", double(scored.n_failed[f]));
+      m.emplace_back("time/reward/" + rewards.label(f), scored.seconds[f]);
+    }
   m.emplace_back("reward/frac_zero_std", st.frac_zero_std);
   m.emplace_back("accuracy", score_sum / dn);
   m.emplace_back("completion/mean_length", len_sum / dn);
@@ -119,6 +157,9 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
   m.emplace_back("time/rollout", t1 - t0);
   m.emplace_back("time/reward", t2 - t1);
   m.emplace_back("rollout/tokens_per_s", t1 > t0 ? len_sum / (t1 - t0) : 0.0);
+  // Prompt tokens the prefix cache served, summed over the batch's samples (engine telemetry).
+  m.emplace_back("rollout/prefix_hit_tokens", prefix_hits);
+  m.emplace_back("rollout/prefix_hit_frac", prompt_toks > 0 ? prefix_hits / prompt_toks : 0.0);
   if (tandem) {
     m.emplace_back("tandem/trained_token_frac", tandem_tokens > 0 ? tandem_trained / tandem_tokens : 0.0);
     m.emplace_back("tandem/switches_per_completion", tandem_switches / dn);
@@ -135,18 +176,28 @@ std::vector<float> tandem_loss_weights(const std::vector<uint8_t>& model_mask, f
 
 Result<MetricList> rollout_eval(Engine& engine, const Environment& env, const RewardComposer& rewards,
                                 const std::vector<PreparedPrompt>& prompts, const SamplingParams& params,
-                                uint64_t seed) {
+                                uint64_t seed, EngineService* svc, int64_t first_index) {
   const double t0 = now_seconds();
   std::vector<uint64_t> seeds(prompts.size());
-  for (size_t k = 0; k < seeds.size(); ++k) seeds[k] = rollout_seed_for(seed, -1, int64_t(k));
-  GRPO_ASSIGN_OR_RETURN(std::vector<RequestOutput> outs, engine_run_prompts(engine, prompts, params, seeds));
+  for (size_t k = 0; k < seeds.size(); ++k) seeds[k] = rollout_seed_for(seed, -1, first_index + int64_t(k));
+  GRPO_ASSIGN_OR_RETURN(std::vector<RequestOutput> outs, engine_run_prompts(engine, prompts, params, seeds, svc));
   const size_t n = size_t(params.n);
-  double score = 0, reward = 0, len = 0;
+  double score = 0, reward = 0, len = 0, trained = 0;
+  bool tandem = false;
+  std::vector<Telemetry> tels(outs.size());
+  std::vector<RewardInput> inputs(outs.size());
+  for (size_t i = 0; i < outs.size(); ++i) {
+    tels[i] = telemetry_of(outs[i]);
+    inputs[i] = {prompts[i / n].text, outs[i].text, &prompts[i / n].example, &tels[i]};
+  }
+  GRPO_ASSIGN_OR_RETURN(RewardBatchResult scored, rewards.compute_batch(inputs));
   for (size_t i = 0; i < outs.size(); ++i) {
     const PreparedPrompt& pp = prompts[i / n];
     score += env.score(pp.example, outs[i].text);
-    reward += rewards.compute(pp.text, outs[i].text, pp.example, telemetry_of(outs[i])).total;
+    reward += scored.values[i].total;
     len += double(outs[i].completion_ids.size());
+    tandem |= !outs[i].model_mask.empty();
+    for (uint8_t x : outs[i].model_mask) trained += x;
   }
   const double dn = double(std::max<size_t>(outs.size(), 1));
   MetricList m;
@@ -154,38 +205,22 @@ Result<MetricList> rollout_eval(Engine& engine, const Environment& env, const Re
   m.emplace_back("eval/reward", reward / dn);
   m.emplace_back("eval/completion_length", len / dn);
   m.emplace_back("eval/n", double(outs.size()));
+  if (tandem) m.emplace_back("eval/trained_token_frac", len > 0 ? trained / len : 0.0);
   m.emplace_back("eval/time", now_seconds() - t0);
   return m;
 }
 
 Result<MetricList> rollout_eval_solo_tandem(Engine& engine, const Environment& env, const RewardComposer& rewards,
                                             const std::vector<PreparedPrompt>& prompts, const SamplingParams& params,
-                                            uint64_t seed, bool tandem) {
-  if (!engine.has_tandem()) return rollout_eval(engine, env, rewards, prompts, params, seed);
+                                            uint64_t seed, bool tandem, EngineService* svc, int64_t first_index) {
+  if (!engine.has_tandem()) return rollout_eval(engine, env, rewards, prompts, params, seed, svc, first_index);
   GRPO_TRY(engine.set_tandem_active(false));
-  auto solo = rollout_eval(engine, env, rewards, prompts, params, seed);
+  auto solo = rollout_eval(engine, env, rewards, prompts, params, seed, svc, first_index);
   GRPO_TRY(engine.set_tandem_active(true));
   if (!solo.ok() || !tandem) return solo;
   MetricList m = std::move(solo).value();
-  const double t0 = now_seconds();
-  std::vector<uint64_t> seeds(prompts.size());
-  for (size_t k = 0; k < seeds.size(); ++k) seeds[k] = rollout_seed_for(seed, -1, int64_t(k));
-  GRPO_ASSIGN_OR_RETURN(std::vector<RequestOutput> outs, engine_run_prompts(engine, prompts, params, seeds));
-  const size_t n = size_t(params.n);
-  double score = 0, reward = 0, len = 0, trained = 0;
-  for (size_t i = 0; i < outs.size(); ++i) {
-    const PreparedPrompt& pp = prompts[i / n];
-    score += env.score(pp.example, outs[i].text);
-    reward += rewards.compute(pp.text, outs[i].text, pp.example, telemetry_of(outs[i])).total;
-    len += double(outs[i].completion_ids.size());
-    for (uint8_t x : outs[i].model_mask) trained += x;
-  }
-  const double dn = double(std::max<size_t>(outs.size(), 1));
-  m.emplace_back("eval/tandem/accuracy", score / dn);
-  m.emplace_back("eval/tandem/reward", reward / dn);
-  m.emplace_back("eval/tandem/completion_length", len / dn);
-  m.emplace_back("eval/tandem/trained_token_frac", len > 0 ? trained / len : 0.0);
-  m.emplace_back("eval/tandem/time", now_seconds() - t0);
+  GRPO_ASSIGN_OR_RETURN(MetricList both, rollout_eval(engine, env, rewards, prompts, params, seed, svc, first_index));
+  for (auto& [k, v] : both) m.emplace_back("eval/tandem/" + k.substr(k.find('/') + 1), v);
   return m;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/engine_service.h"
 #include "env/environment.h"
 #include "env/rewards.h"
 #include "train/advantages.h"
@@ -20,12 +21,17 @@
 
 namespace grpo {
 
+class Communicator;
+
 struct Completion {
   RequestOutput out;             // prompt ids, completion ids, text, logprobs, telemetry
   bool truncated = false;        // stopped by max_tokens (no EOS / stop)
   float reward = 0;              // weighted total over the reward functions
   std::vector<float> reward_values;  // unweighted, composer order
   float score = 0;               // the environment's task score in [0, 1]
+  // Per-token loss weights, one per completion token; empty = all ones. The hook
+  // for schemes that weigh tokens differently (tandem training fills it).
+  std::vector<float> loss_weights;
 };
 
 struct RolloutBatch {
@@ -38,8 +44,8 @@ struct RolloutBatch {
   // before its first step on the batch, when the ratio needs them.
   std::vector<std::vector<float>> old_logp;
   int64_t n_completion_tokens = 0;
-  // reward/*, accuracy, completion/*, time/rollout, time/reward; tandem rollouts add
-  // tandem/trained_token_frac, tandem/switches_per_completion, tandem/partner_tokens
+  // reward/*, accuracy, completion/*, rollout/*, time/rollout, time/reward; tandem rollouts
+  // add tandem/trained_token_frac, tandem/switches_per_completion, tandem/partner_tokens
   // (reward/* and accuracy are then the tandem rollouts' rewards).
   MetricList metrics;
 };
@@ -48,10 +54,14 @@ uint64_t rollout_seed_for(uint64_t seed, int64_t generation, int64_t request);
 
 // Adds every prompt with `params` (params.n samples each; prompt k seeded with
 // seeds[k] when seeds is non-empty), runs the engine until all are done and
-// returns the outputs ordered prompt-major, sample-minor.
+// returns the outputs ordered prompt-major, sample-minor. With `svc` (the loop serves
+// its live policy, [server]) the prompts go through the service's queue and share the
+// batch with outside requests: the service runs for the call and is paused (drained)
+// again before it returns, so nothing else touches the engine while the loop trains.
 Result<std::vector<RequestOutput>> engine_run_prompts(Engine& engine, const std::vector<PreparedPrompt>& prompts,
                                                       const SamplingParams& params,
-                                                      const std::vector<uint64_t>& seeds);
+                                                      const std::vector<uint64_t>& seeds,
+                                                      EngineService* svc = nullptr);
 
 // Telemetry for the reward functions from an engine output.
 Telemetry telemetry_of(const RequestOutput& o);
@@ -60,26 +70,37 @@ struct RolloutConfig {
   SamplingParams params;       // n = G; seed set per prompt
   uint64_t seed = 0;           // rollout.seed
   ScaleRewards scale = ScaleRewards::group;
+  // Data parallel: this rank's first prompt within the global batch (sampling keys
+  // stay those of a one-rank run), and the ranks, to gather rewards so that
+  // advantages and reward statistics are those of the global batch.
+  int64_t request_offset = 0;
+  Communicator* comm = nullptr;
+  // Tandem rollouts (outputs with a model mask): each completion's loss_weights are
+  // tandem_loss_weights(model mask, tandem_partner_weight).
+  float tandem_partner_weight = 0.2f;
 };
 
 // One generation batch: samples, rewards, advantages and metrics.
 Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, const RewardComposer& rewards,
                                       std::vector<PreparedPrompt> prompts, const RolloutConfig& rc,
-                                      int64_t generation);
+                                      int64_t generation, EngineService* svc = nullptr);
 
 // Greedy (or sampled) eval: "eval/accuracy" (mean task score), "eval/reward"
-// (mean weighted reward), "eval/completion_length", "eval/time".
+// (mean weighted reward), "eval/completion_length", "eval/n", "eval/time"; outputs
+// written in tandem add "eval/trained_token_frac".
 Result<MetricList> rollout_eval(Engine& engine, const Environment& env, const RewardComposer& rewards,
                                 const std::vector<PreparedPrompt>& prompts, const SamplingParams& params,
-                                uint64_t seed);
+                                uint64_t seed, EngineService* svc = nullptr, int64_t first_index = 0);
 
 // Eval of a tandem engine: solo first (the trained model alone, the eval/* metrics of
 // rollout_eval), then, with `tandem`, the same prompts written in tandem as
-// eval/tandem/* (accuracy, reward, completion_length, trained_token_frac, time).
-// Leaves tandem decoding on. Without a tandem engine this is rollout_eval.
+// eval/tandem/* (accuracy, reward, completion_length, n, trained_token_frac, time).
+// Leaves tandem decoding on. Without a tandem engine this is rollout_eval. svc and
+// first_index as rollout_eval (the service must be paused: switching needs an idle engine).
 Result<MetricList> rollout_eval_solo_tandem(Engine& engine, const Environment& env, const RewardComposer& rewards,
                                             const std::vector<PreparedPrompt>& prompts, const SamplingParams& params,
-                                            uint64_t seed, bool tandem);
+                                            uint64_t seed, bool tandem, EngineService* svc = nullptr,
+                                            int64_t first_index = 0);
 
 // Tandem rollouts: the per-token loss weights w_t = m_t + (1 − m_t)·partner_weight of a
 // completion's model mask (1 = trained model's token).

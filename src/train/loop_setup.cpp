@@ -1,10 +1,13 @@
 // Setup of a `grpo train` run (see loop_setup.h).
 #include "train/loop_setup.h"
 
+#include "dist/communicator.h"
+
 #include <algorithm>
 #include <filesystem>
 
 #include "core/log.h"
+#include "engine/speculative.h"
 #include "model/checkpoint.h"
 #include "model/safetensors.h"
 
@@ -24,6 +27,7 @@ Result<DType> dtype_of(const std::string& s) {
 Result<ContextOptions> context_options(const RunConfig& cfg, int n_threads) {
   ContextOptions co;
   co.n_threads = n_threads;
+  co.deterministic = cfg.run.deterministic;
   const std::string& d = cfg.model.device;
   if (d == "cpu") return co;
   if (!cuda_available())
@@ -56,9 +60,9 @@ GrpoLossConfig loss_config(const RunConfig& cfg) {
   l.is_mode = is_mode_from_string(cfg.train.importance_sampling).value();
   l.is_level = is_level_from_string(cfg.train.importance_sampling_level).value();
   l.is_cap = float(cfg.train.importance_sampling_cap);
+  l.is_sequence_geomean = cfg.train.importance_sampling_geomean;
   l.mask_truncated_completions = cfg.train.mask_truncated_completions;
   l.max_completion_length = int(cfg.rollout.max_new_tokens);
-  l.weights_in_denominator = cfg.tandem.enabled;
   return l;
 }
 
@@ -70,29 +74,44 @@ Status prepare_all(const LoopRun& r, const std::vector<size_t>& idx, Split split
   return ok_status();
 }
 
-EngineOptions engine_options(const LoopRun& r, size_t longest_prompt) {
+// What the process holds on the device besides the KV pool, for the pool's budget:
+// weights, optimizer state and reference by size, the trainer's workspace at its
+// largest micro-batch (estimated), and whatever else is in use now (measured).
+MemoryUse memory_use(const LoopRun& r, size_t longest_prompt) {
+  MemoryUse m;
   const RunConfig& c = r.cfg;
-  EngineOptions eo;
-  eo.block_size = 16;
-  const int64_t n_seqs = c.rollout.prompts_per_step * c.rollout.num_generations;
-  const int64_t max_new = std::max(c.rollout.max_new_tokens, c.eval.max_new_tokens);
-  // Room for every sample of a batch at its longest (prompts may run longer than the ones seen: ×2).
-  const int64_t per_seq = (int64_t(2 * longest_prompt + 16) + max_new + eo.block_size - 1) / eo.block_size;
-  eo.n_kv_blocks = int(std::min<int64_t>(n_seqs * per_seq + 16, int64_t(1) << 30));
-  eo.max_num_seqs = int(std::min<int64_t>(std::max<int64_t>(n_seqs, 1), 256));
-  eo.max_num_batched_tokens = 2048;
-  eo.seed = uint64_t(c.rollout.seed);
-  eo.kv_cache_dtype = c.rollout.kv_cache_dtype;
-  return eo;
+  if (r.ctx->device() != Device::cuda) return m;
+  size_t used = 0;
+  device_memory_in_use(&used, &m.total);
+  const Optimizer& o = r.trainer.opt;
+  m.weights = r.weights->arena.nbytes();
+  m.optimizer = o.m.nbytes() + o.v.nbytes() + o.grad_arena.nbytes() +
+                (o.master.data != r.weights->arena.data ? o.master.nbytes() : 0);
+  m.reference = r.trainer.ref ? r.trainer.ref->arena.nbytes() : 0;
+  // A second model in the engine (tandem partner, speculative draft) counts as weights.
+  for (const auto* second : {r.partner.get(), r.draft.get()})
+    if (second) m.weights += second->arena.nbytes();
+  m.other = used > m.weights + m.optimizer + m.reference ? used - (m.weights + m.optimizer + m.reference) : 0;
+  // Prompts may run longer than the ones seen at setup: x2.
+  const int64_t seq_len = int64_t(2 * longest_prompt + 16) + std::max(c.rollout.max_new_tokens, c.eval.max_new_tokens);
+  const int64_t micro_tokens = std::max(seq_len, std::min(c.train.micro_batch_tokens, c.train.micro_batch * seq_len));
+  m.activations = train_model_activation_bytes(r.weights->config, r.weights->dtype, micro_tokens,
+                                               c.train.activation_recompute);
+  return m;
 }
 
 // The frozen partner of tandem training: tandem.partner (or the initial policy again),
-// in the policy's dtype, checked against the policy (vocabulary, tokenizer, context).
-Result<EngineTandem> tandem_setup(LoopRun& r, const ContextOptions& co, DType dt, const EngineOptions& eo) {
-  const RunConfig& c = r.cfg;
+// in the policy's dtype (loaded before the engine's memory budget is set).
+Status tandem_load_partner(LoopRun& r, const ContextOptions& co, DType dt) {
   auto pw = model_load(r.paths.tandem_partner, co.device, dt, r.ctx.get());
   if (!pw.ok()) return pw.status().with_context("tandem.partner (" + r.paths.tandem_partner + ")");
   r.partner = std::make_unique<ModelWeights>(std::move(pw).value());
+  return ok_status();
+}
+
+// The partner checked against the policy (vocabulary, tokenizer, context) and the tandem options.
+Result<EngineTandem> tandem_setup(LoopRun& r, const EngineOptions& eo) {
+  const RunConfig& c = r.cfg;
   const int max_len = eo.max_model_len > 0 ? eo.max_model_len : r.weights->config.max_position_embeddings;
   GRPO_TRY(tandem_check_partner(r.weights->config, r.partner->config, max_len));
   // Same vocabulary means the same token strings, not just the same count.
@@ -110,7 +129,7 @@ Result<EngineTandem> tandem_setup(LoopRun& r, const ContextOptions& co, DType dt
   GRPO_TRY(tandem_kv_blocks(r.weights->config, r.weights->dtype, r.partner->config, r.partner->dtype, eo).status());
   EngineTandem et;
   et.partner = r.partner.get();
-  et.opt.strategy = tandem_strategy_from_string(c.tandem.strategy).value();
+  et.opt.strategy = c.tandem.strategy;
   et.opt.p_trained = c.tandem.p_trained;
   et.opt.chunk_size = int(c.tandem.chunk_size);
   et.opt.seed = uint64_t(c.tandem.seed);
@@ -139,11 +158,20 @@ Status write_run_files(const LoopRun& r, const PreparedPrompt* example) {
   j["engine"] = {{"n_kv_blocks", r.engine->n_kv_blocks()}, {"block_size", eo.block_size},
                  {"kv_cache_dtype", dtype_name(r.engine->kv_cache_dtype())},
                  {"kv_bytes", size_t(r.engine->n_kv_blocks()) * r.engine->kv_bytes_per_block()},
-                 {"max_num_seqs", eo.max_num_seqs}, {"eos_token_ids", r.engine->eos_token_ids()}};
+                 {"kv_budget_bytes", eo.kv_cache_bytes},
+                 {"max_num_seqs", eo.max_num_seqs}, {"max_num_batched_tokens", eo.max_num_batched_tokens},
+                 {"max_model_len", r.engine->max_model_len()}, {"cuda_graphs", eo.use_cuda_graphs},
+                 {"prefix_caching", eo.enable_prefix_caching}, {"chunked_prefill", eo.enable_chunked_prefill},
+                 {"eos_token_ids", r.engine->eos_token_ids()}};
   if (r.partner)
     j["tandem"] = {{"partner", r.paths.tandem_partner}, {"partner_params", r.partner->config.n_params()},
-                   {"strategy", r.cfg.tandem.strategy}, {"p_trained", r.cfg.tandem.p_trained},
+                   {"strategy", tandem_strategy_name(r.cfg.tandem.strategy)}, {"p_trained", r.cfg.tandem.p_trained},
                    {"partner_weight", r.cfg.tandem.partner_weight}};
+  if (eo.speculative.enabled())
+    j["speculative"] = {{"method", spec_method_name(eo.speculative.method)},
+                        {"draft_model", eo.speculative.draft_model},
+                        {"num_speculative_tokens", eo.speculative.num_speculative_tokens},
+                        {"adaptive", eo.speculative.adaptive}};
   const TrainSection& t = r.cfg.train;
   j["loss"] = {{"type", loss_type_name(r.trainer.loss.loss_type)}, {"epsilon", t.epsilon},
                {"epsilon_high", t.epsilon_high > 0 ? t.epsilon_high : t.epsilon}, {"beta", t.beta},
@@ -151,6 +179,9 @@ Status write_run_files(const LoopRun& r, const PreparedPrompt* example) {
                {"importance_sampling_level", is_level_name(r.trainer.loss.is_level)},
                {"trainer_temperature", r.cfg.rollout.temperature},
                {"rollout_logprobs", logprobs_mode_name(r.rollout_cfg.params.logprobs_mode)}};
+  j["trainer"] = {{"micro_batch", r.trainer.micro_batch}, {"micro_batch_tokens", r.trainer.micro_tokens},
+                  {"grad_accum", r.trainer.grad_accum}, {"activation_recompute", r.trainer.model.opt.recompute},
+                  {"weight_decay_all", r.trainer.opt.cfg.decay_all}};
   j["steps"] = {{"optimizer_steps", t.steps},
                 {"steps_per_generation_batch", t.steps_per_generation * t.num_iterations},
                 {"sequences_per_generation_batch", r.cfg.rollout.prompts_per_step * r.cfg.rollout.num_generations}};
@@ -217,22 +248,24 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   t.w = r.weights.get();
   t.loss = loss_config(cfg);
   GRPO_TRY(t.loss.validate());
-  t.sched.type = lr_schedule_from_string(cfg.train.lr_schedule).value();
+  t.sched.type = cfg.train.lr_schedule;
   t.sched.lr = cfg.train.lr;
   t.sched.warmup_steps = cfg.train.warmup_steps;
   t.sched.total_steps = cfg.train.steps;
   GRPO_TRY(t.sched.validate());
   t.micro_batch = int(cfg.train.micro_batch);
-  t.partner_weight = float(cfg.tandem.partner_weight);
+  t.micro_tokens = int(std::min<int64_t>(cfg.train.micro_batch_tokens, INT32_MAX));
   t.grad_accum = int(cfg.train.grad_accum);
   TrainModelOptions tmo;
   tmo.temperature = float(cfg.rollout.temperature);
+  tmo.recompute = cfg.train.activation_recompute;
   t.model = TrainModel(tmo);
   AdamWConfig ac;
   ac.beta1 = float(cfg.train.adam_beta1);
   ac.beta2 = float(cfg.train.adam_beta2);
   ac.eps = float(cfg.train.adam_eps);
   ac.weight_decay = float(cfg.train.weight_decay);
+  ac.decay_all = cfg.train.weight_decay_all;
   ac.max_grad_norm = float(cfg.train.max_grad_norm);
   GRPO_TRY(ac.validate());
   t.opt = optimizer_create(*r.ctx, *r.weights, ac);
@@ -246,7 +279,7 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   TrainerState& st = r.state;
   st.data_seed = uint64_t(cfg.data.seed);
   st.rollout_seed = uint64_t(cfg.rollout.seed);
-  st.lr_schedule = cfg.train.lr_schedule;
+  st.lr_schedule = enum_name(lr_schedule_names(), cfg.train.lr_schedule);
   st.lr = cfg.train.lr;
   st.warmup_steps = cfg.train.warmup_steps;
   st.total_steps = cfg.train.steps;
@@ -274,30 +307,44 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   r.cursor = std::make_unique<DataCursor>(r.env->size(Split::train), uint64_t(cfg.data.seed), cfg.data.shuffle);
   r.cursor->restore(st.data_epoch, st.data_index);
 
-  // Prompts of the eval set, and the longest prompt seen, to size the KV pool.
+  // Prompts of the eval set, and the longest prompt seen, to size the trainer's workspace.
   const Split es = loop_eval_split(cfg);
   if (cfg.eval.every > 0) GRPO_TRY(prepare_all(r, loop_eval_indices(cfg, *r.env, es), es, &r.eval_prompts));
   std::vector<PreparedPrompt> peek;
   DataCursor c2 = *r.cursor;
-  GRPO_TRY(prepare_all(r, c2.next(size_t(cfg.rollout.prompts_per_step)), Split::train, &peek));
-  size_t longest = 0;
+  // data.env = "remote" has no local prompts; the KV pool is sized for prompts of
+  // up to 256 tokens from the environments that sample through [server].
+  if (r.env->size(Split::train) > 0)
+    GRPO_TRY(prepare_all(r, c2.next(size_t(cfg.rollout.prompts_per_step)), Split::train, &peek));
+  size_t longest = cfg.data.env == "remote" ? 256 : 0;
   for (const auto* v : {&peek, &r.eval_prompts})
     for (const auto& p : *v) longest = std::max(longest, p.ids.size());
 
-  EngineOptions eo = engine_options(r, longest);
+  // Second models in the engine's block tables, loaded first so that the KV budget counts their weights.
+  if (cfg.tandem.enabled) GRPO_TRY(tandem_load_partner(r, co, dt));
+  {
+    const SpeculativeOptions so = cfg.engine.speculative.options();
+    const int max_len = cfg.engine.max_model_len > 0 ? int(cfg.engine.max_model_len)
+                                                    : r.weights->config.max_position_embeddings;
+    GRPO_ASSIGN_OR_RETURN(r.draft, spec_load_draft(so, r.weights->config, max_len, *r.ctx, dt));
+  }
+  // The engine runs every sample of a generation batch at once unless engine.max_num_seqs says otherwise.
+  const int64_t n_seqs = cfg.rollout.prompts_per_step * cfg.rollout.num_generations;
+  const int default_seqs = int(std::clamp<int64_t>(n_seqs, 1, 256));
+  GRPO_ASSIGN_OR_RETURN(EngineOptions eo, engine_options_from_config(cfg.engine, co.device, r.weights->config,
+                                                                     r.weights->dtype, memory_use(r, longest),
+                                                                     default_seqs));
+  eo.seed = uint64_t(cfg.rollout.seed);
   if (!r.tok->eos_ids().empty()) eo.eos_token_ids = r.tok->eos_ids();
-  GRPO_TRY(eo.validate());
-  GRPO_TRY(engine_kv_cache_dtype(r.weights->config, r.weights->dtype, eo).status().with_context("rollout.kv_cache_dtype"));
-  GRPO_TRY(engine_kv_blocks(r.weights->config, r.weights->dtype, eo).status());
-  if (cfg.rollout.kv_cache_dtype != "auto" && cfg.train.importance_sampling == "none")
-    GRPO_LOG_WARN("rollout.kv_cache_dtype = \"%s\": rollouts attend over FP8 keys/values but the trainer does not, so "
+  if (cfg.engine.kv_cache_dtype != KvCacheDtype::automatic && cfg.train.importance_sampling == "none")
+    GRPO_LOG_WARN("engine.kv_cache_dtype = \"%s\": rollouts attend over FP8 keys/values but the trainer does not, so "
                   "their logprobs disagree more (logprob_mismatch/*); consider train.importance_sampling = "
-                  "\"token_truncate\"", cfg.rollout.kv_cache_dtype.c_str());
+                  "\"token_truncate\"", enum_name(kv_cache_dtype_names(), cfg.engine.kv_cache_dtype));
   if (cfg.tandem.enabled) {
-    GRPO_ASSIGN_OR_RETURN(EngineTandem et, tandem_setup(r, co, dt, eo));
+    GRPO_ASSIGN_OR_RETURN(EngineTandem et, tandem_setup(r, eo));
     r.engine = std::make_unique<Engine>(*r.ctx, *r.weights, r.tok.get(), eo, &et);
   } else {
-    r.engine = std::make_unique<Engine>(*r.ctx, *r.weights, r.tok.get(), eo);
+    r.engine = std::make_unique<Engine>(*r.ctx, *r.weights, r.tok.get(), eo, nullptr, r.draft.get());
   }
 
   SamplingParams& sp = r.rollout_cfg.params;
@@ -308,11 +355,14 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   sp.min_p = float(cfg.rollout.min_p);
   sp.max_tokens = int(cfg.rollout.max_new_tokens);
   sp.stop = cfg.rollout.stop;
+  sp.ignore_eos = cfg.rollout.ignore_eos;
+  sp.min_tokens = int(cfg.rollout.min_new_tokens);
   // The trainer scores logits / temperature over the full vocabulary: raw logprobs at T = 1, else processed.
   sp.logprobs_mode = cfg.rollout.temperature == 1.0 ? LogprobsMode::raw : LogprobsMode::processed;
   GRPO_TRY(sp.validate(r.weights->config.vocab_size).with_context("[rollout]"));
   r.rollout_cfg.seed = uint64_t(cfg.rollout.seed);
-  r.rollout_cfg.scale = scale_rewards_from_string(cfg.train.scale_rewards).value();
+  r.rollout_cfg.scale = cfg.train.scale_rewards;
+  r.rollout_cfg.tandem_partner_weight = float(cfg.tandem.partner_weight);
   r.eval_params.n = 1;
   r.eval_params.temperature = cfg.eval.greedy ? 0.f : float(cfg.eval.temperature);
   r.eval_params.max_tokens = int(cfg.eval.max_new_tokens > 0 ? cfg.eval.max_new_tokens : cfg.rollout.max_new_tokens);
@@ -324,12 +374,13 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   std::error_code ec;
   fs::create_directories(r.out_dir, ec);
   if (ec) return error_status("output directory " + r.out_dir + ": " + ec.message());
-  GRPO_TRY(write_run_files(r, peek.empty() ? nullptr : &peek.front()));
+  if (!opt.comm || opt.comm->rank() == 0) GRPO_TRY(write_run_files(r, peek.empty() ? nullptr : &peek.front()));
 
-  if (opt.console && cfg.log.progress != "off") {
+  if (opt.console && cfg.log.progress != ProgressSetting::off) {
     ProgressOptions po;
-    po.mode = cfg.log.progress == "bar" ? ProgressMode::bar : cfg.log.progress == "plain" ? ProgressMode::plain
-                                                                                          : ProgressMode::automatic;
+    po.mode = cfg.log.progress == ProgressSetting::bar     ? ProgressMode::bar
+              : cfg.log.progress == ProgressSetting::plain ? ProgressMode::plain
+                                                           : ProgressMode::automatic;
     po.plain_every = cfg.log.every;
     r.progress = std::make_unique<ProgressBar>(cfg.train.steps, opt.console, po);
   }

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/timer.h"
+#include "train/data_parallel.h"
 #include "train/train_step.h"
 
 namespace grpo {
@@ -18,10 +19,9 @@ GrpoSample sample_of(const PolicyTrainer& t, const RolloutBatch& batch, size_t i
   s.advantage = batch.advantages[i];
   s.truncated = c.truncated;
   s.rollout_logp = c.out.logprobs;
-  if (!c.out.model_mask.empty()) {
-    s.weights = tandem_loss_weights(c.out.model_mask, t.partner_weight);
-    s.rollout_logp = c.out.logprobs_trained;
-  }
+  s.weights = c.loss_weights;
+  // Tandem rollouts: the loss compares with the trained model's logprobs, not the writer's.
+  if (!c.out.model_mask.empty()) s.rollout_logp = c.out.logprobs_trained;
   return s;
 }
 
@@ -30,6 +30,7 @@ MicroBatchOptions micro_options(const PolicyTrainer& t, size_t count) {
   const int per_micro = (int(count) + accum - 1) / accum;
   MicroBatchOptions mb;
   mb.max_seqs = std::max(1, std::min(t.micro_batch, per_micro));
+  mb.max_tokens = t.micro_tokens;
   return mb;
 }
 
@@ -57,6 +58,16 @@ Result<MetricList> policy_train_step(PolicyTrainer& t, RolloutBatch& batch, size
   GrpoStepOptions so;
   so.loss = t.loss;
   so.micro = micro_options(t, samples.size());
+  if (t.dp && t.dp->size() > 1) {
+    // The loss normalisers of the global batch, so that N ranks take the one-rank step.
+    std::vector<double> counts = {double(samples.size()),
+                                  grpo_count_loss_tokens(samples, t.loss.mask_truncated_completions)};
+    GRPO_TRY(t.dp->comm->all_reduce_host(counts, HostReduce::sum).with_context("loss normalisers"));
+    so.n_seqs_total = int(counts[0]);
+    if (t.loss.loss_type == LossType::dapo || t.loss.loss_type == LossType::cispo)
+      so.dapo_num_items = std::max(1.0, counts[1]);
+  }
+  so.dp = t.dp;
   if (t.ref) {
     auto ref = compute_logprobs(ctx, t.model, *t.ref, samples, so.micro);
     if (!ref.ok()) return ref.status().with_context("reference logprobs");

@@ -3,7 +3,7 @@
 // the rollout logprobs, backward, clipping, AdamW writing the very weights the
 // engine reads). Reference logprobs (β > 0) come from a frozen copy first.
 //
-// Micro-batches: at most micro_batch sequences (and 8192 packed tokens) each,
+// Micro-batches: at most micro_batch sequences (and micro_tokens packed tokens) each,
 // and at least grad_accum of them when the slice allows. The loss is
 // normalised over the whole slice (S_tot = slice size; dapo: the slice's
 // unmasked completion tokens — TRL's num_items_in_batch when one generation
@@ -22,6 +22,8 @@
 
 namespace grpo {
 
+struct DataParallel;
+
 struct PolicyTrainer {
   Context* ctx = nullptr;
   ModelWeights* w = nullptr;                 // the weights the engine reads (written in place)
@@ -31,11 +33,9 @@ struct PolicyTrainer {
   GrpoLossConfig loss;
   LrSchedule sched;
   int micro_batch = 8;
+  int micro_tokens = 8192;  // packed tokens per micro-batch at most
   int grad_accum = 1;
-  // Tandem rollouts (completions with a model mask): partner tokens weigh partner_weight
-  // in the loss (tandem_loss_weights; loss.weights_in_denominator as the fork), and the
-  // rollout logprob the loss compares with is the trained model's, not the writer's.
-  float partner_weight = 0.2f;
+  const DataParallel* dp = nullptr;  // data-parallel ranks (train/data_parallel.h); nullptr = one rank
 };
 
 // One optimizer step over completions [begin, end) of `batch`, as TRL's

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/log.h"
+#include "engine/speculative.h"
 #include "kernels/validate.h"
 #include "env/arithmetic.h"
 #include "env/dataset.h"
@@ -39,6 +40,9 @@ class Checker {
     }
     require(found, key, v, "must be one of " + list);
   }
+  void check(const Status& s) {  // a sub-struct's own validate(), whose message names its keys
+    if (!s.ok() && status_.ok()) status_ = s;
+  }
   void finite(const char* key, double v) { require(std::isfinite(v), key, v, "must be a finite number"); }
   Status status() const { return status_; }
 
@@ -56,6 +60,37 @@ bool valid_device(const std::string& d) {
 
 }  // namespace
 
+std::span<const EnumName<ArithmeticStyle>> arithmetic_style_names() {
+  static constexpr EnumName<ArithmeticStyle> n[] = {
+      {"compact", ArithmeticStyle::compact}, {"verbose", ArithmeticStyle::verbose}, {"expression", ArithmeticStyle::expression}};
+  return n;
+}
+std::span<const EnumName<BadLinePolicy>> bad_line_names() {
+  static constexpr EnumName<BadLinePolicy> n[] = {{"fail", BadLinePolicy::fail}, {"skip", BadLinePolicy::skip}};
+  return n;
+}
+std::span<const EnumName<LrScheduleType>> lr_schedule_names() {
+  static constexpr EnumName<LrScheduleType> n[] = {
+      {"constant", LrScheduleType::constant}, {"linear", LrScheduleType::linear}, {"cosine", LrScheduleType::cosine}};
+  return n;
+}
+std::span<const EnumName<ScaleRewards>> scale_rewards_names() {
+  static constexpr EnumName<ScaleRewards> n[] = {
+      {"group", ScaleRewards::group}, {"batch", ScaleRewards::batch}, {"none", ScaleRewards::none}};
+  return n;
+}
+std::span<const EnumName<ProgressSetting>> progress_names() {
+  static constexpr EnumName<ProgressSetting> n[] = {{"auto", ProgressSetting::automatic}, {"bar", ProgressSetting::bar},
+                                                    {"plain", ProgressSetting::plain}, {"off", ProgressSetting::off}};
+  return n;
+}
+std::span<const EnumName<LogLevel>> log_level_names() {
+  static constexpr EnumName<LogLevel> n[] = {{"debug", LogLevel::debug}, {"info", LogLevel::info},
+                                             {"warn", LogLevel::warn}, {"error", LogLevel::error},
+                                             {"quiet", LogLevel::quiet}};
+  return n;
+}
+
 Status RunConfig::validate() const {
   Checker c;
   c.require(!run.output_dir.empty(), "run.output_dir", run.output_dir, "must not be empty");
@@ -69,7 +104,7 @@ Status RunConfig::validate() const {
                                  : "the CUDA backend runs bf16 or f32; set model.dtype = \"bf16\"");
   }
 
-  c.one_of("data.env", data.env, {"gsm8k", "arithmetic", "jsonl"});
+  c.one_of("data.env", data.env, {"gsm8k", "arithmetic", "jsonl", "remote"});
   c.require(data.env != "jsonl" || !data.train_path.empty(), "data.train_path", data.train_path,
             "required when data.env = \"jsonl\"");
   c.require(!data.prompt_field.empty(), "data.prompt_field", data.prompt_field, "must not be empty");
@@ -82,11 +117,9 @@ Status RunConfig::validate() const {
   c.require(!(data.env == "jsonl" && data.eval_split == "test" && data.eval_path.empty() && eval.every > 0),
             "data.eval_path", data.eval_path, "required for eval.every > 0 on the test split of a jsonl dataset");
   c.require(data.eval_size >= 0, "data.eval_size", data.eval_size, "must be >= 0 (0 = whole split)");
-  c.one_of("data.on_bad_line", data.on_bad_line, {"fail", "skip"});
   c.require(data.seed >= 0, "data.seed", data.seed, "must be >= 0");
   const ArithmeticSection& a = data.arithmetic;
   c.require(a.difficulty >= 0 && a.difficulty <= 3, "data.arithmetic.difficulty", a.difficulty, "must be 0..3");
-  c.one_of("data.arithmetic.style", a.style, {"compact", "verbose", "expression"});
   c.require(a.train_size > 0, "data.arithmetic.train_size", a.train_size, "must be > 0");
   c.require(a.test_size > 0, "data.arithmetic.test_size", a.test_size, "must be > 0");
   c.require(a.test_permille >= 1 && a.test_permille <= 900, "data.arithmetic.test_permille", a.test_permille, "must be 1..900");
@@ -104,13 +137,14 @@ Status RunConfig::validate() const {
   c.require(r.min_p >= 0 && r.min_p < 1, "rollout.min_p", r.min_p, "must be in [0, 1)");
   c.require(r.seed >= 0, "rollout.seed", r.seed, "must be >= 0");
   for (const auto& s : r.stop) c.require(!s.empty(), "rollout.stop", s, "stop strings must not be empty");
-  c.one_of("rollout.kv_cache_dtype", r.kv_cache_dtype, {"auto", "fp8", "fp8_e4m3"});
+  c.require(r.min_new_tokens >= 0 && r.min_new_tokens <= r.max_new_tokens, "rollout.min_new_tokens", r.min_new_tokens,
+            "must be in 0..rollout.max_new_tokens");
+  c.check(engine.validate());
 
   const TrainSection& t = train;
   c.require(t.steps >= 1, "train.steps", t.steps, "must be >= 1");
   c.finite("train.lr", t.lr);
   c.require(t.lr > 0, "train.lr", t.lr, "must be > 0");
-  c.one_of("train.lr_schedule", t.lr_schedule, {"constant", "linear", "cosine"});
   c.require(t.warmup_steps >= 0 && t.warmup_steps <= t.steps, "train.warmup_steps", t.warmup_steps, "must be in 0..train.steps");
   c.require(t.weight_decay >= 0, "train.weight_decay", t.weight_decay, "must be >= 0");
   c.require(t.adam_beta1 >= 0 && t.adam_beta1 < 1, "train.adam_beta1", t.adam_beta1, "must be in [0, 1)");
@@ -118,6 +152,7 @@ Status RunConfig::validate() const {
   c.require(t.adam_eps > 0, "train.adam_eps", t.adam_eps, "must be > 0");
   c.require(t.max_grad_norm >= 0, "train.max_grad_norm", t.max_grad_norm, "must be >= 0 (0 = no clipping)");
   c.require(t.micro_batch >= 1, "train.micro_batch", t.micro_batch, "must be >= 1");
+  c.require(t.micro_batch_tokens >= 1, "train.micro_batch_tokens", t.micro_batch_tokens, "must be >= 1");
   c.require(t.grad_accum >= 1, "train.grad_accum", t.grad_accum, "must be >= 1");
   c.require(t.steps_per_generation >= 1, "train.steps_per_generation", t.steps_per_generation, "must be >= 1");
   c.require(t.num_iterations >= 1, "train.num_iterations", t.num_iterations, "must be >= 1");
@@ -130,10 +165,11 @@ Status RunConfig::validate() const {
   c.require(t.epsilon > 0 && t.epsilon < 1, "train.epsilon", t.epsilon, "must be in (0, 1)");
   c.require(t.epsilon_high == 0 || t.epsilon_high >= t.epsilon, "train.epsilon_high", t.epsilon_high,
             "must be 0 (= epsilon) or >= train.epsilon");
-  c.one_of("train.scale_rewards", t.scale_rewards, {"group", "batch", "none"});
   c.one_of("train.importance_sampling", t.importance_sampling,
            {"none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"});
   c.require(t.importance_sampling_cap >= 1, "train.importance_sampling_cap", t.importance_sampling_cap, "must be >= 1");
+  c.require(t.max_consecutive_skipped_steps >= 0, "train.max_consecutive_skipped_steps",
+            t.max_consecutive_skipped_steps, "must be >= 0 (0 = never stop)");
 
   c.require(!reward.empty(), "reward", std::string("[]"), "configure at least one [[reward]] function");
   for (size_t i = 0; i < reward.size(); ++i) {
@@ -151,18 +187,53 @@ Status RunConfig::validate() const {
   c.require(!eval.early_stopping_metric.empty(), "eval.early_stopping_metric", eval.early_stopping_metric, "must not be empty");
   c.require(eval.early_stopping_min_delta >= 0, "eval.early_stopping_min_delta", eval.early_stopping_min_delta, "must be >= 0");
 
-  c.one_of("tandem.strategy", tandem.strategy, {"token", "chunk", "word"});
   c.require(tandem.p_trained >= 0 && tandem.p_trained <= 1, "tandem.p_trained", tandem.p_trained, "must be in [0, 1]");
   c.require(tandem.chunk_size >= 1, "tandem.chunk_size", tandem.chunk_size, "must be >= 1");
   c.require(tandem.partner_weight >= 0, "tandem.partner_weight", tandem.partner_weight,
             "must be >= 0 (0: partner tokens carry no loss; 1: as much as the trained model's)");
   c.require(tandem.seed >= 0, "tandem.seed", tandem.seed, "must be >= 0");
+  c.require(!tandem.enabled || engine.speculative.method == SpecMethod::off, "engine.speculative.method",
+            std::string(spec_method_name(engine.speculative.method)),
+            "speculative decoding cannot be combined with tandem decoding (tandem.enabled = true); set it to \"off\"");
 
+  c.require(dist.zero_stage == 0 || dist.zero_stage == 1, "dist.zero_stage", dist.zero_stage,
+            "must be 0 (replicated optimizer) or 1 (ZeRO-1: sharded optimizer state)");
+  c.require(dist.bucket_mb > 0, "dist.bucket_mb", dist.bucket_mb, "must be > 0");
+  c.require(dist.timeout_s > 0, "dist.timeout_s", dist.timeout_s, "must be > 0 seconds");
   c.require(checkpoint.every >= 0, "checkpoint.every", checkpoint.every, "must be >= 0");
   c.require(checkpoint.keep_last >= 0, "checkpoint.keep_last", checkpoint.keep_last, "must be >= 0 (0 = keep all)");
   c.require(log.every >= 1, "log.every", log.every, "must be >= 1");
-  c.one_of("log.progress", log.progress, {"auto", "bar", "plain", "off"});
-  c.one_of("log.level", log.level, {"debug", "info", "warn", "error", "quiet"});
+  c.require(!server.host.empty(), "server.host", server.host, "must not be empty (127.0.0.1, or 0.0.0.0 for every interface)");
+  c.require(server.port >= 0 && server.port <= 65535, "server.port", server.port, "must be in [0, 65535] (0 = any free port)");
+  c.require(server.max_body_bytes >= 1024, "server.max_body_bytes", server.max_body_bytes, "must be >= 1024");
+  c.require(server.max_prompt_tokens >= 0, "server.max_prompt_tokens", server.max_prompt_tokens, "must be >= 0 (0 = the context length)");
+  c.require(server.max_tokens_limit >= 1 && server.max_tokens_limit <= (int64_t(1) << 30), "server.max_tokens_limit", server.max_tokens_limit, "must be >= 1");
+  c.require(server.max_n >= 1 && server.max_n <= 1024, "server.max_n", server.max_n, "must be in [1, 1024]");
+  c.require(server.max_queued_requests >= 1 && server.max_queued_requests <= 1000000, "server.max_queued_requests",
+            server.max_queued_requests, "must be in [1, 1000000]");
+  const RemoteSection& rm = remote;
+  c.require(rm.url.empty() || rm.url.rfind("http://", 0) == 0, "remote.url", rm.url,
+            "must start with http:// (e.g. http://127.0.0.1:8000), or be empty to host the API in this process");
+  c.require(!rm.host.empty(), "remote.host", rm.host, "must not be empty (127.0.0.1, or 0.0.0.0 for every interface)");
+  c.require(rm.port >= 0 && rm.port <= 65535, "remote.port", rm.port, "must be in [0, 65535] (0 = any free port)");
+  c.require(rm.max_queued_sequences >= 0, "remote.max_queued_sequences", rm.max_queued_sequences, "must be >= 0 (0 = 16 steps' worth)");
+  c.one_of("remote.stale", rm.stale, {"drop", "down_weight"});
+  c.finite("remote.stale_weight", rm.stale_weight);
+  c.require(rm.stale_weight > 0 && rm.stale_weight <= 1, "remote.stale_weight", rm.stale_weight, "must be in (0, 1]");
+  c.finite("remote.poll_interval", rm.poll_interval);
+  c.require(rm.poll_interval > 0 && rm.poll_interval <= 60, "remote.poll_interval", rm.poll_interval, "must be in (0, 60] seconds");
+  c.finite("remote.wait_log_every", rm.wait_log_every);
+  c.require(rm.wait_log_every > 0, "remote.wait_log_every", rm.wait_log_every, "must be > 0 seconds");
+  c.finite("remote.max_wait", rm.max_wait);
+  c.require(rm.max_wait >= 0, "remote.max_wait", rm.max_wait, "must be >= 0 seconds (0 = wait forever)");
+  if (data.env == "remote") {
+    c.require(train.num_iterations == 1, "train.num_iterations", train.num_iterations,
+              "must be 1 with data.env = \"remote\" (each posted batch feeds one optimizer step)");
+    c.require(train.steps_per_generation == 1, "train.steps_per_generation", train.steps_per_generation,
+              "must be 1 with data.env = \"remote\" (each posted batch feeds one optimizer step)");
+    c.require(eval.every == 0, "eval.every", eval.every,
+              "must be 0 with data.env = \"remote\" (there is no local dataset to evaluate on; evaluate in the environment)");
+  }
   return c.status();
 }
 
@@ -198,8 +269,14 @@ Result<RunPaths> run_config_resolve_paths(const RunConfig& cfg, const std::strin
     p.train_data = cfg.data.train_path;
     p.eval_data = cfg.data.eval_path;
   }
-  if (!p.train_data.empty()) GRPO_TRY(need("data.train_path", p.train_data));
-  if (!p.eval_data.empty()) GRPO_TRY(need("data.eval_path", p.eval_data));
+  auto need_file = [&](const std::string& key, const std::string& path) -> Status {
+    GRPO_TRY(need(key, path));
+    if (fs::is_directory(path))
+      return error_status(key + " = \"" + path + "\": is a directory; point it at a JSONL file (one JSON object per line)");
+    return ok_status();
+  };
+  if (!p.train_data.empty()) GRPO_TRY(need_file("data.train_path", p.train_data));
+  if (!p.eval_data.empty()) GRPO_TRY(need_file("data.eval_path", p.eval_data));
   return p;
 }
 
@@ -209,29 +286,59 @@ void warn_skipped(const Dataset& d) {
   if (d.report.n_bad > 0) GRPO_LOG_WARN("%s", jsonl_report_summary(d.name, d.report).c_str());
 }
 
+std::string skipped_note(const Dataset& d) {
+  return d.report.n_bad > 0 ? " (" + std::to_string(d.report.n_bad) + " bad lines skipped)" : " (the file is empty)";
+}
+
+// An empty train set, or an empty eval set while evals are on, is a config error:
+// evals are off only when eval.every = 0 says so.
+Status check_example_counts(const RunConfig& cfg, const RunPaths& paths, const Environment& env,
+                            const Dataset* train, const Dataset* test) {
+  const bool arith = cfg.data.env == "arithmetic";
+  if (env.size(Split::train) == 0)
+    return error_status(arith ? "data.arithmetic.train_size = 0: no training examples"
+                              : "data.train_path = \"" + paths.train_data + "\": no examples" +
+                                    (train ? skipped_note(*train) : std::string()));
+  if (cfg.eval.every > 0 && cfg.data.eval_split == "test" && env.size(Split::test) == 0) {
+    const std::string what = arith ? "data.arithmetic.test_size gives no test examples"
+                                   : "data.eval_path = \"" + paths.eval_data + "\": no examples" +
+                                         (test ? skipped_note(*test) : std::string());
+    return error_status(what + ", but eval.every = " + std::to_string(cfg.eval.every) +
+                        " asks for evals; give an eval set, or set eval.every = 0 to train without evals");
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Environment>> run_config_make_env(const RunConfig& cfg, const RunPaths& paths) {
   const DataSection& d = cfg.data;
   JsonlOptions jo;
-  jo.on_bad_line = d.on_bad_line == "skip" ? BadLinePolicy::skip : BadLinePolicy::fail;
+  jo.on_bad_line = d.on_bad_line;
   if (d.env == "arithmetic") {
     ArithmeticConfig ac;
     ac.seed = static_cast<uint64_t>(d.seed);
     ac.difficulty = static_cast<int>(d.arithmetic.difficulty);
-    ac.style = d.arithmetic.style == "verbose"      ? ArithmeticStyle::verbose
-               : d.arithmetic.style == "expression" ? ArithmeticStyle::expression
-                                                    : ArithmeticStyle::compact;
+    ac.style = d.arithmetic.style;
     ac.train_size = static_cast<size_t>(d.arithmetic.train_size);
     ac.test_size = static_cast<size_t>(d.arithmetic.test_size);
     ac.test_permille = static_cast<int>(d.arithmetic.test_permille);
     GRPO_TRY(ac.validate());
-    return std::unique_ptr<Environment>(std::make_unique<ArithmeticEnv>(ac));
+    auto env = std::make_unique<ArithmeticEnv>(ac);
+    GRPO_TRY(check_example_counts(cfg, paths, *env, nullptr, nullptr));
+    return std::unique_ptr<Environment>(std::move(env));
+  }
+  if (d.env == "remote") {  // groups come from outside environments (train/loop_remote.h): no local examples
+    Dataset none_train, none_test;
+    none_train.name = "train";
+    none_test.name = "test";
+    return std::unique_ptr<Environment>(std::make_unique<NumericQaEnv>("remote", std::move(none_train), std::move(none_test)));
   }
   if (d.env == "gsm8k") {
     GRPO_ASSIGN_OR_RETURN(auto env, gsm8k_env_load({paths.train_data, paths.eval_data}, jo));
     warn_skipped(env->dataset(Split::train));
     warn_skipped(env->dataset(Split::test));
+    GRPO_TRY(check_example_counts(cfg, paths, *env, &env->dataset(Split::train), &env->dataset(Split::test)));
     return std::unique_ptr<Environment>(std::move(env));
   }
   FieldMap map;
@@ -244,10 +351,11 @@ Result<std::unique_ptr<Environment>> run_config_make_env(const RunConfig& cfg, c
   if (!paths.eval_data.empty()) {
     GRPO_ASSIGN_OR_RETURN(test, dataset_load_jsonl(paths.eval_data, "test", map, jo));
   }
-  if (train.size() == 0) return error_status("data.train_path = \"" + paths.train_data + "\": no examples");
   warn_skipped(train);
   warn_skipped(test);
-  return std::unique_ptr<Environment>(std::make_unique<NumericQaEnv>("jsonl", std::move(train), std::move(test)));
+  auto env = std::make_unique<NumericQaEnv>("jsonl", std::move(train), std::move(test));
+  GRPO_TRY(check_example_counts(cfg, paths, *env, &env->dataset(Split::train), &env->dataset(Split::test)));
+  return std::unique_ptr<Environment>(std::move(env));
 }
 
 }  // namespace grpo

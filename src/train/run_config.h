@@ -15,15 +15,34 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/enum_table.h"
+#include "core/log.h"
 #include "core/status.h"
+#include "engine/engine_config.h"
+#include "engine/tandem.h"
+#include "env/arithmetic.h"
 #include "env/environment.h"
+#include "env/jsonl.h"
 #include "env/rewards.h"
+#include "train/advantages.h"
+#include "train/lr_schedule.h"
 
 namespace grpo {
+
+enum class ProgressSetting { automatic, bar, plain, off };
+
+// The one name table of each enum-like config value (parsing, messages, --list-keys).
+std::span<const EnumName<ArithmeticStyle>> arithmetic_style_names();  // compact, verbose, expression
+std::span<const EnumName<BadLinePolicy>> bad_line_names();             // fail, skip
+std::span<const EnumName<LrScheduleType>> lr_schedule_names();         // constant, linear, cosine
+std::span<const EnumName<ScaleRewards>> scale_rewards_names();         // group, batch, none
+std::span<const EnumName<ProgressSetting>> progress_names();           // auto, bar, plain, off
+std::span<const EnumName<LogLevel>> log_level_names();                 // debug, info, warn, error, quiet
 
 struct RunSection {
   std::string output_dir = "runs/default";  // metrics, checkpoints, resolved config go here
   std::string name;                         // free label for the run (defaults to the directory name)
+  bool deterministic = false;               // batch-invariant kernels (reductions in a fixed order)
 };
 
 struct ModelSection {
@@ -35,14 +54,14 @@ struct ModelSection {
 
 struct ArithmeticSection {  // used when data.env = "arithmetic" (see env/arithmetic.h)
   int64_t difficulty = 1;   // 0..3
-  std::string style = "compact";  // compact | verbose | expression
+  ArithmeticStyle style = ArithmeticStyle::compact;
   int64_t train_size = 100000;
   int64_t test_size = 500;
   int64_t test_permille = 100;
 };
 
 struct DataSection {
-  std::string env = "arithmetic";  // gsm8k | arithmetic | jsonl
+  std::string env = "arithmetic";  // gsm8k | arithmetic | jsonl | remote (groups posted by outside environments: [remote])
   std::string train_path;          // jsonl: required; gsm8k: empty = data/gsm8k/train.jsonl
   std::string eval_path;           // jsonl: optional; gsm8k: empty = data/gsm8k/test.jsonl
   std::string prompt_field = "question";
@@ -53,7 +72,7 @@ struct DataSection {
   std::string system_prompt;
   std::string eval_split = "test";  // test | train
   int64_t eval_size = 0;            // prompts in the eval set; 0 = the whole split
-  std::string on_bad_line = "fail"; // fail | skip (skipped lines are counted and reported)
+  BadLinePolicy on_bad_line = BadLinePolicy::fail;  // skip: bad lines are counted and reported
   bool shuffle = true;
   int64_t seed = 1;                 // data order and generated problems
   ArithmeticSection arithmetic;
@@ -69,21 +88,22 @@ struct RolloutSection {
   double min_p = 0.0;            // 0 = off
   int64_t seed = 1;
   std::vector<std::string> stop; // stop strings (EOS always stops)
-  // Engine KV cache element type: auto (= model.dtype) | fp8 (alias fp8_e4m3: E4M3, one byte
-  // per element, scale 1.0, saturating at ±448; needs head_dim % 16 == 0). fp8 rollouts are
-  // scored by a trainer that reads unquantised K/V: see train.importance_sampling.
-  std::string kv_cache_dtype = "auto";
+  bool ignore_eos = false;       // keep sampling after EOS (forced lengths for benchmarks)
+  int64_t min_new_tokens = 0;    // EOS / stop ids are banned before this many tokens
 };
 
 struct TrainSection {
   int64_t steps = 100;                 // optimizer steps
   double lr = 1e-6;
-  std::string lr_schedule = "constant";  // constant | linear | cosine (after warmup)
+  LrScheduleType lr_schedule = LrScheduleType::constant;  // after warmup
   int64_t warmup_steps = 0;
   double weight_decay = 0.0;
+  bool weight_decay_all = false;       // also decay norms and biases (HF decays only matrices/embeddings)
   double adam_beta1 = 0.9, adam_beta2 = 0.99, adam_eps = 1e-8;
   double max_grad_norm = 1.0;          // 0 = no clipping
   int64_t micro_batch = 8;             // sequences per forward/backward
+  int64_t micro_batch_tokens = 8192;   // packed tokens per forward/backward at most (a longer sequence gets its own)
+  bool activation_recompute = false;   // keep only each layer's input; backward re-runs the layer (less memory)
   int64_t grad_accum = 1;              // micro-batch groups accumulated per optimizer step
   int64_t steps_per_generation = 1;    // optimizer steps per generation batch
   int64_t num_iterations = 1;          // mu: passes over each generation batch
@@ -96,19 +116,25 @@ struct TrainSection {
   // Clip high; 0 = same as epsilon (DAPO uses 0.28). cispo: the cap of its detached
   // importance weight min(ratio, epsilon_high) itself (TRL's ε_max; ScaleRL uses 5.0), >= 1.
   double epsilon_high = 0.0;
-  std::string scale_rewards = "group"; // group | batch | none (std used to scale advantages)
+  ScaleRewards scale_rewards = ScaleRewards::group;  // std used to scale advantages
   // Correction for the rollout engine's sampling logprobs differing from the trainer's
   // (TRL's vllm_importance_sampling_mode): none | token_truncate | token_mask | sequence_truncate | sequence_mask
   std::string importance_sampling = "none";
   double importance_sampling_cap = 2.0;      // C of truncated/masked IS, >= 1
+  bool importance_sampling_geomean = false;  // sequence_* modes: geometric mean of the token ratios, not their product
   bool mask_truncated_completions = false;
+  // Optimizer steps skipped in a row (non-finite gradient norm) before the run
+  // ends with an error; 0 = never. There is no loss scaler whose warm-up skips
+  // steps by design, so one skip is an outlier batch and ten in a row, over
+  // fresh rollouts, mean broken weights or data.
+  int64_t max_consecutive_skipped_steps = 10;
 };
 
 // Tandem training (docs/tandem.md): a frozen partner writes part of every rollout.
 struct TandemSection {
   bool enabled = false;
   std::string partner;            // HF checkpoint dir with the same vocabulary; empty: a frozen copy of the initial policy
-  std::string strategy = "word";  // token | chunk | word (who writes the next token; see engine/tandem.h)
+  TandemStrategy strategy = TandemStrategy::word;  // token | chunk | word (who writes the next token; see engine/tandem.h)
   double p_trained = 0.5;         // probability that a draw picks the trained model
   int64_t chunk_size = 16;        // k of strategy "chunk"
   double partner_weight = 0.2;    // loss weight of partner tokens: w = mask + (1 - mask) * partner_weight
@@ -140,8 +166,48 @@ struct LogSection {
   bool plot = true;          // <output_dir>/plot.html at the end
   std::vector<std::string> plot_metrics;  // empty = plot_default_metrics()
   int64_t every = 1;         // steps between metric records
-  std::string progress = "auto";  // auto | bar | plain | off
-  std::string level = "info";     // debug | info | warn | error | quiet
+  ProgressSetting progress = ProgressSetting::automatic;
+  LogLevel level = LogLevel::info;
+};
+
+// [server]: serve the live policy over HTTP while training (docs/serve.md). Outside
+// requests share the engine with the loop's rollouts; they are admitted while the
+// loop generates and wait (queued) while it trains.
+struct ServerSection {
+  bool enabled = false;
+  std::string host = "127.0.0.1";
+  int64_t port = 8000;                    // 0 = any free port (printed)
+  std::string api_key;                    // "" = no key; note: the resolved config.toml keeps it
+  std::string served_model_name;          // "" = the model directory's name
+  int64_t max_body_bytes = int64_t(4) << 20;
+  int64_t max_prompt_tokens = 0;          // 0 = the context length
+  int64_t max_tokens_limit = 4096;
+  int64_t max_n = 16;
+  int64_t max_queued_requests = 256;
+};
+
+// [remote]: data.env = "remote" trains from scored groups that environment
+// processes post to an Atropos-compatible trajectory API (docs/environments.md).
+// Sequences per step = rollout.prompts_per_step × rollout.num_generations.
+struct RemoteSection {
+  std::string url;                     // "" = host the API here (host:port); else pull from this Atropos API server
+  std::string host = "127.0.0.1";
+  int64_t port = 8000;                 // 0 = any free port (printed)
+  int64_t max_queued_sequences = 0;    // hosted queue bound (posts beyond it get 503 + Retry-After); 0 = 16 steps' worth
+  int64_t max_staleness = -1;          // steps a group's policy_version may lag; < 0 = no limit
+  std::string stale = "drop";          // drop | down_weight (loss weight stale_weight^(lag - max_staleness))
+  double stale_weight = 0.5;
+  double poll_interval = 0.2;          // seconds between GET /batch polls while waiting
+  double wait_log_every = 30;          // seconds between "waiting for groups" lines
+  double max_wait = 0;                 // seconds without a batch before the run fails; 0 = wait forever
+  std::string wandb_group, wandb_project;  // passed on in POST /register
+};
+
+// Data-parallel runs (docs/distributed.md); the rank layout comes from the launcher.
+struct DistSection {
+  int64_t zero_stage = 0;   // 0: replicated optimizer; 1: fp32 master + AdamW moments sharded over ranks
+  double bucket_mb = 25;    // gradient all-reduce bucket (MiB of f32 gradients)
+  double timeout_s = 300;   // NCCL watchdog and rendezvous limit: a silent peer ends the run after this
 };
 
 struct RunConfig {
@@ -149,12 +215,19 @@ struct RunConfig {
   ModelSection model;
   DataSection data;
   RolloutSection rollout;
+  // Rollout engine: batching, KV pool and its memory budget, CUDA graphs, KV dtype
+  // (engine/engine_config.h). engine.kv_cache_dtype = fp8 rollouts are scored by a
+  // trainer that reads unquantised K/V: see train.importance_sampling.
+  EngineConfig engine;
   TrainSection train;
   std::vector<RewardSpec> reward = {{"correct", 1.0}};  // [[reward]] entries replace this default
   EvalSection eval;
   TandemSection tandem;
   CheckpointSection checkpoint;
   LogSection log;
+  ServerSection server;
+  RemoteSection remote;
+  DistSection dist;
 
   // Value checks; the message names the key and value ("train.lr = -1: must be > 0").
   Status validate() const;
@@ -191,5 +264,7 @@ std::string run_config_to_toml(const RunConfig& cfg);
 nlohmann::ordered_json run_config_to_json(const RunConfig& cfg);
 // Every settable key ("train.lr", ...), in declaration order.
 std::vector<std::string> run_config_keys();
+// The allowed values of an enum-like key ("auto, on, off"), "" for other keys.
+std::string run_config_key_values(const std::string& key);
 
 }  // namespace grpo

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <variant>
 
@@ -16,7 +17,24 @@ namespace grpo {
 namespace {
 
 using json = nlohmann::ordered_json;
-using FieldPtr = std::variant<bool*, int64_t*, double*, std::string*, std::vector<std::string>*>;
+// An enum-like key: read and written by name through the value's one name table.
+struct EnumRef {
+  std::function<std::string()> get;                   // canonical name
+  std::function<bool(const std::string&)> set;        // false: not a name of the table
+  std::string allowed;                                // "a, b, c"
+};
+template <class E>
+EnumRef enum_ref(E* p, std::span<const EnumName<E>> table) {
+  return {[p, table] { return std::string(enum_name(table, *p)); },
+          [p, table](const std::string& s) {
+            auto v = enum_parse(table, s);
+            if (v) *p = *v;
+            return v.has_value();
+          },
+          enum_allowed(table)};
+}
+
+using FieldPtr = std::variant<bool*, int64_t*, double*, std::string*, std::vector<std::string>*, EnumRef>;
 struct Field {
   std::string key;
   FieldPtr ptr;
@@ -26,55 +44,89 @@ std::vector<Field> fields_of(RunConfig& c) {
   auto& d = c.data;
   auto& a = c.data.arithmetic;
   auto& r = c.rollout;
+  auto& g = c.engine;
   auto& t = c.train;
   auto& e = c.eval;
   return {
-      {"run.output_dir", &c.run.output_dir}, {"run.name", &c.run.name},
+      {"run.output_dir", &c.run.output_dir}, {"run.name", &c.run.name}, {"run.deterministic", &c.run.deterministic},
       {"model.path", &c.model.path}, {"model.tokenizer", &c.model.tokenizer}, {"model.dtype", &c.model.dtype},
       {"model.device", &c.model.device},
       {"data.env", &d.env}, {"data.train_path", &d.train_path}, {"data.eval_path", &d.eval_path},
       {"data.prompt_field", &d.prompt_field}, {"data.answer_field", &d.answer_field},
       {"data.answer_is_solution", &d.answer_is_solution}, {"data.prompt_template", &d.prompt_template},
       {"data.use_chat_template", &d.use_chat_template}, {"data.system_prompt", &d.system_prompt},
-      {"data.eval_split", &d.eval_split}, {"data.eval_size", &d.eval_size}, {"data.on_bad_line", &d.on_bad_line},
+      {"data.eval_split", &d.eval_split}, {"data.eval_size", &d.eval_size}, {"data.on_bad_line", enum_ref(&d.on_bad_line, bad_line_names())},
       {"data.shuffle", &d.shuffle}, {"data.seed", &d.seed},
-      {"data.arithmetic.difficulty", &a.difficulty}, {"data.arithmetic.style", &a.style},
+      {"data.arithmetic.difficulty", &a.difficulty}, {"data.arithmetic.style", enum_ref(&a.style, arithmetic_style_names())},
       {"data.arithmetic.train_size", &a.train_size}, {"data.arithmetic.test_size", &a.test_size},
       {"data.arithmetic.test_permille", &a.test_permille},
       {"rollout.num_generations", &r.num_generations}, {"rollout.prompts_per_step", &r.prompts_per_step},
       {"rollout.max_new_tokens", &r.max_new_tokens}, {"rollout.temperature", &r.temperature},
       {"rollout.top_p", &r.top_p}, {"rollout.top_k", &r.top_k}, {"rollout.min_p", &r.min_p},
-      {"rollout.seed", &r.seed}, {"rollout.stop", &r.stop}, {"rollout.kv_cache_dtype", &r.kv_cache_dtype},
-      {"train.steps", &t.steps}, {"train.lr", &t.lr}, {"train.lr_schedule", &t.lr_schedule},
+      {"rollout.seed", &r.seed}, {"rollout.stop", &r.stop}, {"rollout.ignore_eos", &r.ignore_eos},
+      {"rollout.min_new_tokens", &r.min_new_tokens},
+      {"engine.block_size", &g.block_size}, {"engine.max_num_seqs", &g.max_num_seqs},
+      {"engine.max_num_batched_tokens", &g.max_num_batched_tokens}, {"engine.max_model_len", &g.max_model_len},
+      {"engine.enable_prefix_caching", &g.enable_prefix_caching},
+      {"engine.enable_chunked_prefill", &g.enable_chunked_prefill},
+      {"engine.cuda_graphs", enum_ref(&g.cuda_graphs, cuda_graphs_names())},
+      {"engine.cuda_graph_max_context", &g.cuda_graph_max_context},
+      {"engine.kv_cache_dtype", enum_ref(&g.kv_cache_dtype, kv_cache_dtype_names())},
+      {"engine.gpu_memory_utilization", &g.gpu_memory_utilization}, {"engine.kv_cache_mib", &g.kv_cache_mib},
+      {"engine.speculative.method", enum_ref(&g.speculative.method, spec_method_names())},
+      {"engine.speculative.draft_model", &g.speculative.draft_model},
+      {"engine.speculative.num_speculative_tokens", &g.speculative.num_speculative_tokens},
+      {"engine.speculative.ngram_min", &g.speculative.ngram_min},
+      {"engine.speculative.ngram_max", &g.speculative.ngram_max},
+      {"engine.speculative.adaptive", &g.speculative.adaptive},
+      {"engine.speculative.probe_every", &g.speculative.probe_every},
+      {"train.steps", &t.steps}, {"train.lr", &t.lr}, {"train.lr_schedule", enum_ref(&t.lr_schedule, lr_schedule_names())},
       {"train.warmup_steps", &t.warmup_steps}, {"train.weight_decay", &t.weight_decay},
+      {"train.weight_decay_all", &t.weight_decay_all},
       {"train.adam_beta1", &t.adam_beta1}, {"train.adam_beta2", &t.adam_beta2}, {"train.adam_eps", &t.adam_eps},
       {"train.max_grad_norm", &t.max_grad_norm}, {"train.micro_batch", &t.micro_batch},
+      {"train.micro_batch_tokens", &t.micro_batch_tokens}, {"train.activation_recompute", &t.activation_recompute},
       {"train.grad_accum", &t.grad_accum}, {"train.steps_per_generation", &t.steps_per_generation},
       {"train.num_iterations", &t.num_iterations}, {"train.loss_type", &t.loss_type},
       {"train.importance_sampling_level", &t.importance_sampling_level}, {"train.beta", &t.beta},
       {"train.epsilon", &t.epsilon}, {"train.epsilon_high", &t.epsilon_high},
-      {"train.scale_rewards", &t.scale_rewards}, {"train.importance_sampling", &t.importance_sampling},
+      {"train.scale_rewards", enum_ref(&t.scale_rewards, scale_rewards_names())}, {"train.importance_sampling", &t.importance_sampling},
       {"train.importance_sampling_cap", &t.importance_sampling_cap},
+      {"train.importance_sampling_geomean", &t.importance_sampling_geomean},
       {"train.mask_truncated_completions", &t.mask_truncated_completions},
+      {"train.max_consecutive_skipped_steps", &t.max_consecutive_skipped_steps},
       {"eval.every", &e.every}, {"eval.at_start", &e.at_start}, {"eval.greedy", &e.greedy},
       {"eval.temperature", &e.temperature}, {"eval.n_prompts", &e.n_prompts}, {"eval.max_new_tokens", &e.max_new_tokens},
       {"eval.early_stopping_patience", &e.early_stopping_patience},
       {"eval.early_stopping_metric", &e.early_stopping_metric},
       {"eval.early_stopping_min_delta", &e.early_stopping_min_delta},
       {"tandem.enabled", &c.tandem.enabled}, {"tandem.partner", &c.tandem.partner},
-      {"tandem.strategy", &c.tandem.strategy}, {"tandem.p_trained", &c.tandem.p_trained},
+      {"tandem.strategy", enum_ref(&c.tandem.strategy, tandem_strategy_names())}, {"tandem.p_trained", &c.tandem.p_trained},
       {"tandem.chunk_size", &c.tandem.chunk_size}, {"tandem.partner_weight", &c.tandem.partner_weight},
       {"tandem.seed", &c.tandem.seed}, {"tandem.eval_tandem", &c.tandem.eval_tandem},
       {"checkpoint.every", &c.checkpoint.every}, {"checkpoint.keep_last", &c.checkpoint.keep_last},
       {"checkpoint.save_final", &c.checkpoint.save_final},
       {"log.jsonl", &c.log.jsonl}, {"log.tensorboard", &c.log.tensorboard}, {"log.plot", &c.log.plot},
-      {"log.plot_metrics", &c.log.plot_metrics}, {"log.every", &c.log.every}, {"log.progress", &c.log.progress},
-      {"log.level", &c.log.level},
+      {"log.plot_metrics", &c.log.plot_metrics}, {"log.every", &c.log.every}, {"log.progress", enum_ref(&c.log.progress, progress_names())},
+      {"log.level", enum_ref(&c.log.level, log_level_names())},
+      {"server.enabled", &c.server.enabled}, {"server.host", &c.server.host}, {"server.port", &c.server.port},
+      {"server.api_key", &c.server.api_key}, {"server.served_model_name", &c.server.served_model_name},
+      {"server.max_body_bytes", &c.server.max_body_bytes}, {"server.max_prompt_tokens", &c.server.max_prompt_tokens},
+      {"server.max_tokens_limit", &c.server.max_tokens_limit}, {"server.max_n", &c.server.max_n},
+      {"server.max_queued_requests", &c.server.max_queued_requests},
+      {"remote.url", &c.remote.url}, {"remote.host", &c.remote.host}, {"remote.port", &c.remote.port},
+      {"remote.max_queued_sequences", &c.remote.max_queued_sequences}, {"remote.max_staleness", &c.remote.max_staleness},
+      {"remote.stale", &c.remote.stale}, {"remote.stale_weight", &c.remote.stale_weight},
+      {"remote.poll_interval", &c.remote.poll_interval}, {"remote.wait_log_every", &c.remote.wait_log_every},
+      {"remote.max_wait", &c.remote.max_wait}, {"remote.wandb_group", &c.remote.wandb_group},
+      {"remote.wandb_project", &c.remote.wandb_project},
+      {"dist.zero_stage", &c.dist.zero_stage}, {"dist.bucket_mb", &c.dist.bucket_mb},
+      {"dist.timeout_s", &c.dist.timeout_s},
   };
 }
 
 const char* kind_of(const FieldPtr& p) {
-  static const char* names[] = {"a boolean", "an integer", "a number", "a string", "an array of strings"};
+  static const char* names[] = {"a boolean", "an integer", "a number", "a string", "an array of strings", "a string"};
   return names[p.index()];
 }
 
@@ -102,6 +154,9 @@ std::string set_field(const Field& f, const toml::node& n) {
   } else if (auto p = std::get_if<std::string*>(&f.ptr)) {
     if (!n.is_string()) return wrong();
     **p = n.as_string()->get();
+  } else if (auto e = std::get_if<EnumRef>(&f.ptr)) {
+    if (!n.is_string()) return wrong() + " (one of " + e->allowed + ")";
+    if (!e->set(n.as_string()->get())) return f.key + " = " + node_text(n) + ": must be one of " + e->allowed;
   } else if (auto p = std::get_if<std::vector<std::string>*>(&f.ptr)) {
     if (!n.is_array()) return wrong();
     std::vector<std::string> out;
@@ -111,6 +166,24 @@ std::string set_field(const Field& f, const toml::node& n) {
     }
     **p = std::move(out);
   }
+  return {};
+}
+
+// Keys that moved to another section: loading the old name says where it went.
+struct MovedKey {
+  const char* from;
+  const char* to;
+};
+constexpr MovedKey kMovedKeys[] = {{"rollout.kv_cache_dtype", "engine.kv_cache_dtype"}};
+
+std::string moved_key(const std::string& key) {
+  for (const auto& m : kMovedKeys)
+    if (key == m.from) {
+      const std::string to = m.to;
+      const size_t dot = to.find('.');
+      return key + " has moved to " + to + ": write it as " + to.substr(dot + 1) + " = ... in the [" +
+             to.substr(0, dot) + "] section (or --set " + to + "=...)";
+    }
   return {};
 }
 
@@ -161,11 +234,34 @@ Status load_table(const std::vector<Field>& fs, const toml::table& t, const std:
       continue;
     }
     const Field* f = find_field(fs, key);
+    if (!f && !moved_key(key).empty()) return error_status(where(src, node) + moved_key(key));
     if (!f) return error_status(where(src, node) + unknown_key(fs, prefix, std::string(k.str())));
     std::string err = set_field(*f, node);
     if (!err.empty()) return error_status(where(src, node) + err);
   }
   return ok_status();
+}
+
+// An array of strings (a command's argv) or a table of strings (HTTP headers)
+// as JSON; nullopt for anything else.
+std::optional<nlohmann::json> strings_to_json(const toml::node& v) {
+  if (const toml::array* a = v.as_array()) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& e : *a) {
+      if (!e.is_string()) return std::nullopt;
+      j.push_back(e.as_string()->get());
+    }
+    return j;
+  }
+  if (const toml::table* t = v.as_table()) {
+    nlohmann::json j = nlohmann::json::object();
+    for (auto&& [k, e] : *t) {
+      if (!e.is_string()) return std::nullopt;
+      j[std::string(k.str())] = e.as_string()->get();
+    }
+    return j;
+  }
+  return std::nullopt;
 }
 
 Status load_rewards(const toml::node& n, const std::string& src, std::vector<RewardSpec>* out) {
@@ -190,7 +286,9 @@ Status load_rewards(const toml::node& n, const std::string& src, std::vector<Rew
       else if (v.is_integer()) spec.params[key] = v.as_integer()->get();
       else if (v.is_floating_point()) spec.params[key] = v.as_floating_point()->get();
       else if (v.is_string()) spec.params[key] = v.as_string()->get();
-      else return error_status(at + "." + key + " = " + node_text(v) + ": expected a number, boolean or string");
+      else if (auto j = strings_to_json(v)) spec.params[key] = std::move(*j);
+      else return error_status(at + "." + key + " = " + node_text(v) +
+                               ": expected a number, boolean, string, array of strings or table of strings");
     }
     if (!named) return error_status(at + ": missing key 'name' (e.g. name = \"correct\")");
     auto fn = reward_make(spec);
@@ -234,7 +332,13 @@ Status set_reward(RunConfig* cfg, const std::string& key, const std::string& val
   for (const auto& p : info->params) {
     if (p.name != param) continue;
     if (p.type == RewardParamType::string) spec->params[param] = (n && n->is_string()) ? n->as_string()->get() : val;
-    else if (n && n->is_boolean()) spec->params[param] = n->as_boolean()->get();
+    else if (p.type == RewardParamType::string_list || p.type == RewardParamType::string_table) {
+      auto j = n ? strings_to_json(*n) : std::nullopt;
+      if (!j) return error_status(what + ": value '" + val + "' is not a TOML " +
+                                  (p.type == RewardParamType::string_list ? "array of strings, e.g. [\"python3\", \"r.py\"]"
+                                                                         : "inline table of strings, e.g. {X-Key = \"v\"}"));
+      spec->params[param] = std::move(*j);
+    } else if (n && n->is_boolean()) spec->params[param] = n->as_boolean()->get();
     else if (n && n->is_integer()) spec->params[param] = n->as_integer()->get();
     else if (n && n->is_floating_point()) spec->params[param] = n->as_floating_point()->get();
     else return error_status(what + ": value '" + val + "' is not a number or boolean");
@@ -253,6 +357,11 @@ std::string toml_value(const json& v) {
     std::string s = "[";
     for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + toml_value(v[i]);
     return s + "]";
+  }
+  if (v.is_object()) {
+    std::string s = "{";
+    for (auto it = v.begin(); it != v.end(); ++it) s += std::string(it == v.begin() ? " " : ", ") + json(it.key()).dump() + " = " + toml_value(*it);
+    return s + (v.empty() ? "}" : " }");
   }
   if (v.is_number_float()) {
     char buf[64];
@@ -283,6 +392,7 @@ Status run_config_set(RunConfig* cfg, const std::string& assignment) {
   if (key.rfind("reward.", 0) == 0) return set_reward(cfg, key, val, what);
   auto fs = fields_of(*cfg);
   const Field* f = find_field(fs, key);
+  if (!f && !moved_key(key).empty()) return error_status(what + ": " + moved_key(key));
   if (!f) {
     size_t dot = key.rfind('.');
     std::string section = dot == std::string::npos ? "" : key.substr(0, dot);
@@ -294,6 +404,10 @@ Status run_config_set(RunConfig* cfg, const std::string& assignment) {
   const toml::node* n = parsed ? parsed->get("v") : nullptr;
   if (auto p = std::get_if<std::string*>(&f->ptr); p && !(n && n->is_string())) {
     **p = val;  // unquoted strings are taken as written
+    return ok_status();
+  }
+  if (auto e = std::get_if<EnumRef>(&f->ptr); e && !(n && n->is_string())) {
+    if (!e->set(val)) return error_status(what + ": " + key + " = \"" + val + "\": must be one of " + e->allowed);
     return ok_status();
   }
   if (auto p = std::get_if<std::vector<std::string>*>(&f->ptr); p && !(n && n->is_array())) {
@@ -357,7 +471,10 @@ nlohmann::ordered_json run_config_to_json(const RunConfig& cfg) {
     json* cur = &j;
     size_t start = 0;
     for (size_t dot; (dot = f.key.find('.', start)) != std::string::npos; start = dot + 1) cur = &(*cur)[f.key.substr(start, dot - start)];
-    std::visit([&](auto* p) { (*cur)[f.key.substr(start)] = *p; }, f.ptr);
+    std::visit([&](const auto& p) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(p)>, EnumRef>) (*cur)[f.key.substr(start)] = p.get();
+      else (*cur)[f.key.substr(start)] = *p;
+    }, f.ptr);
   }
   json rewards = json::array();
   for (const auto& r : cfg.reward) {
@@ -379,6 +496,14 @@ std::string run_config_to_toml(const RunConfig& cfg) {
     for (auto it = r.begin(); it != r.end(); ++it) out += it.key() + " = " + toml_value(*it) + "\n";
   }
   return out;
+}
+
+std::string run_config_key_values(const std::string& key) {
+  RunConfig c;
+  auto fs = fields_of(c);
+  const Field* f = find_field(fs, key);
+  const EnumRef* e = f ? std::get_if<EnumRef>(&f->ptr) : nullptr;
+  return e ? e->allowed : std::string();
 }
 
 std::vector<std::string> run_config_keys() {

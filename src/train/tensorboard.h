@@ -11,6 +11,10 @@
 //   Value   { string tag = 1; float simple_value = 2; }
 // The first record carries file_version "brain.Event:2"; each write() adds one
 // Event whose Summary holds one Value per metric.
+//
+// A run keeps one event file (open_run): a resumed run appends to it after
+// cutting the events past its checkpoint's step, so TensorBoard never shows a
+// step twice.
 #pragma once
 #include <cstdint>
 #include <cstdio>
@@ -34,6 +38,13 @@ class TensorBoardWriter : public MetricWriter {
  public:
   // Creates `logdir` if needed and opens a new event file in it.
   static Result<std::unique_ptr<TensorBoardWriter>> open(const std::string& logdir);
+  // The one event file of a run in `logdir`.
+  // resume_step < 0 (a fresh run): event files left in `logdir` are removed and a new one is opened.
+  // resume_step >= 0: the event files in `logdir` (oldest first by their time stamp; a later file
+  // replaces the steps it repeats) are merged into the oldest one, keeping the events with
+  // step <= resume_step and dropping a torn last record; that file is then appended to.
+  // No event file yet: a new one, as open().
+  static Result<std::unique_ptr<TensorBoardWriter>> open_run(const std::string& logdir, int64_t resume_step);
   ~TensorBoardWriter() override;
   Status write(int64_t step, double wall_time, const MetricList& metrics) override;
   Status flush() override;

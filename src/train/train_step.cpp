@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "train/data_parallel.h"
+
 namespace grpo {
 
 std::vector<std::pair<int, int>> plan_micro_batches(const std::vector<int>& seq_tokens, const MicroBatchOptions& mb) {
@@ -101,6 +103,17 @@ Result<std::vector<std::vector<float>>> compute_logprobs(Context& ctx, TrainMode
   return out;
 }
 
+double grpo_count_loss_tokens(const std::vector<GrpoSample>& samples, bool mask_truncated_completions) {
+  double n = 0;
+  for (auto& s : samples) {
+    if (mask_truncated_completions && s.truncated) continue;
+    // Mis-sized mask / weights are reported by gather_field in the step; they only must not be read past here.
+    for (size_t t = 0; t < s.completion.size(); ++t)
+      n += (t < s.mask.size() ? double(s.mask[t]) : 1.0) * (t < s.weights.size() ? double(s.weights[t]) : 1.0);
+  }
+  return n;
+}
+
 Result<StepStats> grpo_train_step(Context& ctx, TrainModel& m, ModelWeights& w, Optimizer& opt, double lr,
                                   const std::vector<GrpoSample>& samples, const GrpoStepOptions& so) {
   if (samples.empty()) return error_status("grpo_train_step: no samples");
@@ -110,16 +123,8 @@ Result<StepStats> grpo_train_step(Context& ctx, TrainModel& m, ModelWeights& w, 
   norm.n_micro = int(plan.size());
   norm.n_seqs_total = so.n_seqs_total > 0 ? so.n_seqs_total : int(samples.size());
   norm.dapo_num_items = so.dapo_num_items;
-  if ((so.loss.loss_type == LossType::dapo || so.loss.loss_type == LossType::cispo) && norm.dapo_num_items <= 0) {
-    double n = 0;  // masked completion tokens of the step, after truncation masking
-    for (auto& s : samples) {
-      if (so.loss.mask_truncated_completions && s.truncated) continue;
-      const bool wden = so.loss.weights_in_denominator && !s.weights.empty();
-      for (size_t t = 0; t < s.completion.size(); ++t)
-        n += (s.mask.empty() ? 1.0 : double(s.mask[t])) * (wden ? double(s.weights[t]) : 1.0);
-    }
-    norm.dapo_num_items = so.loss.weights_in_denominator ? (n > 0 ? n : 1.0) : std::max(1.0, n);
-  }
+  if ((so.loss.loss_type == LossType::dapo || so.loss.loss_type == LossType::cispo) && norm.dapo_num_items <= 0)
+    norm.dapo_num_items = std::max(1.0, grpo_count_loss_tokens(samples, so.loss.mask_truncated_completions));
   StepStats st;
   optimizer_zero_grad(ctx, opt);
   for (auto [b, e] : plan) {
@@ -155,7 +160,11 @@ Result<StepStats> grpo_train_step(Context& ctx, TrainModel& m, ModelWeights& w, 
     st.n_micro += 1;
     st.n_tokens += tb.n_tokens;
   }
-  st.optim = optimizer_step(ctx, opt, w, lr);
+  if (so.dp) {
+    GRPO_ASSIGN_OR_RETURN(st.optim, dp_optimizer_step(ctx, opt, w, lr, *so.dp));
+  } else {
+    st.optim = optimizer_step(ctx, opt, w, lr);
+  }
   return st;
 }
 

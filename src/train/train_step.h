@@ -43,6 +43,11 @@ Result<std::vector<std::vector<float>>> compute_logprobs(Context& ctx, TrainMode
                                                          const std::vector<GrpoSample>& samples,
                                                          const MicroBatchOptions& mb);
 
+struct DataParallel;  // train/data_parallel.h
+
+// Σ_t m_t·w_t over the completion tokens (after truncation masking): dapo/cispo's N_items.
+double grpo_count_loss_tokens(const std::vector<GrpoSample>& samples, bool mask_truncated_completions);
+
 struct GrpoStepOptions {
   GrpoLossConfig loss;
   MicroBatchOptions micro;
@@ -51,6 +56,9 @@ struct GrpoStepOptions {
   double dapo_num_items = 0;
   // Sequences of the whole step for grpo / dr_grpo; 0 = samples.size().
   int n_seqs_total = 0;
+  // Data parallel: gradients are summed over ranks (and ZeRO-1 applied) before
+  // the optimizer step; the two normalisers above must then be the global ones.
+  const DataParallel* dp = nullptr;
 };
 
 struct StepStats {

@@ -5,6 +5,8 @@
 // (EOS, min_tokens, stop ids, stop strings across tokens), request errors.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "engine/engine.h"
 #include "engine_test_util.h"
 
@@ -297,4 +299,73 @@ TEST(Engine, RequestErrorsNameTheProblem) {
   bad.kv_cache_bytes = 10;
   bad.n_kv_blocks = 0;
   EXPECT_NE(engine_kv_blocks(m.w.config, DType::f32, bad).status().message().find("kv_cache_bytes"), std::string::npos);
+}
+
+TEST(Engine, AbortRequestFreesItsBlocksAndOthersFinishUnchanged) {
+  Context ctx(deterministic());
+  Stories& m = stories();
+  Engine alone(ctx, m.w, m.tok.get(), small_opts());
+  const auto ref = alone.generate({prompt(3)}, greedy(12)).value()[0].completion_ids;
+
+  Engine eng(ctx, m.w, m.tok.get(), small_opts());
+  const int free0 = eng.n_free_kv_blocks();
+  SamplingParams p = greedy(40);
+  p.n = 3;
+  const int64_t victim = eng.add_request(prompt(1), p).value();
+  const int64_t keep = eng.add_request(prompt(3), greedy(12)).value();
+  for (int i = 0; i < 4; ++i) eng.step();  // the victim holds blocks now
+  EXPECT_LT(eng.n_free_kv_blocks(), free0);
+  EXPECT_FALSE(eng.abort_request(12345));
+  EXPECT_TRUE(eng.abort_request(victim));
+  EXPECT_FALSE(eng.abort_request(victim));
+  std::vector<RequestOutput> outs;
+  while (eng.has_unfinished())
+    for (auto& o : eng.step()) outs.push_back(std::move(o));
+  ASSERT_EQ(outs.size(), 1u);
+  EXPECT_EQ(outs[0].request_id, keep);
+  EXPECT_EQ(outs[0].completion_ids, ref);
+  EXPECT_EQ(eng.n_free_kv_blocks(), free0);
+}
+
+TEST(Engine, TokenEventsRebuildTheOutputsAndHoldBackPossibleStopText) {
+  Context ctx;
+  Stories& m = stories();
+  REQUIRE_TOKENIZER();
+  Engine eng(ctx, m.w, m.tok.get(), small_opts());
+  SamplingParams p = greedy(60);
+  p.stop = {"le gi"};
+  p.top_logprobs = 2;
+  SamplingParams q;
+  q.seed = 5;
+  q.n = 2;
+  q.max_tokens = 15;
+  q.ignore_eos = true;
+  eng.add_request({1}, p).value();
+  eng.add_request(prompt(0), q).value();
+  std::map<std::pair<int64_t, int>, std::vector<TokenEvent>> evs;
+  std::vector<RequestOutput> outs;
+  while (eng.has_unfinished()) {
+    std::vector<TokenEvent> step_evs;
+    for (auto& o : eng.step(&step_evs)) outs.push_back(std::move(o));
+    for (auto& e : step_evs) evs[{e.request_id, e.sample_index}].push_back(std::move(e));
+  }
+  ASSERT_EQ(outs.size(), 3u);
+  for (const auto& o : outs) {
+    const auto& es = evs[{o.request_id, o.sample_index}];
+    ASSERT_EQ(es.size(), o.completion_ids.size());
+    std::string text;
+    for (size_t k = 0; k < es.size(); ++k) {
+      EXPECT_EQ(es[k].token, o.completion_ids[k]);
+      EXPECT_EQ(es[k].logprob, o.logprobs[k]);
+      EXPECT_EQ(es[k].finish_reason, k + 1 == es.size() ? o.finish_reason : FinishReason::none);
+      // Emitted text never runs past what the final text keeps.
+      text += es[k].text_delta;
+      EXPECT_EQ(o.text.compare(0, text.size(), text), 0) << k;
+    }
+    EXPECT_EQ(text, o.text);
+    if (o.request_id == 0) {
+      EXPECT_EQ(o.text, "Once upon a time, there was a litt");
+      EXPECT_EQ(es[0].top_logprobs.size(), 2u);
+    }
+  }
 }

@@ -336,7 +336,7 @@ TEST(EngineCuda, Fp8KvCacheMatchesTheCpuFp8Engine) {
     p.ignore_eos = true;
     EngineOptions eo = opts(true);
     eo.max_num_batched_tokens = 512;
-    eo.kv_cache_dtype = "fp8";
+    eo.kv_cache_dtype = KvCacheDtype::fp8_e4m3;
 
     ContextOptions co;
     co.device = Device::cpu;

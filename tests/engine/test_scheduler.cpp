@@ -221,3 +221,37 @@ TEST(Scheduler, CacheResetStopsHits) {
   EXPECT_EQ(o.n_tokens, 9);
   EXPECT_EQ(bm.n_free(), 32);
 }
+
+TEST(Scheduler, AbortRequestFreesRunningAndWaitingSamplesAndSharedBlocks) {
+  BlockManager bm(12, 4, true);
+  Scheduler sch({.max_num_seqs = 3, .max_num_batched_tokens = 64}, bm);
+  auto g = std::make_shared<SeqGroup>();
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  for (int j = 0; j < 4; ++j) {  // request 7: four samples sharing a 9-token prompt
+    seqs.push_back(make_seq(j, 9, 20, 0, g));
+    seqs.back()->request_id = 7;
+    sch.add(seqs.back().get());
+  }
+  auto other = make_seq(10, 5, 20, 100);
+  other->request_id = 8;
+  sch.add(other.get());
+  run_step(sch);  // sample 0 prefills; its siblings wait for it
+  run_step(sch);  // siblings 1 and 2 join through the prefix cache; sample 3 waits (sequence cap)
+  ASSERT_EQ(sch.running().size(), 3u);
+  ASSERT_EQ(sch.waiting().size(), 2u);
+  EXPECT_TRUE(sch.abort_request(99).empty());  // unknown: nothing changes
+  EXPECT_EQ(sch.running().size(), 3u);
+  const auto gone = sch.abort_request(7);
+  EXPECT_EQ(gone.size(), 4u);
+  for (const auto& s : seqs) {
+    EXPECT_TRUE(s->finished());
+    EXPECT_EQ(s->finish, FinishReason::abort);
+    EXPECT_TRUE(s->table.blocks.empty());
+  }
+  EXPECT_EQ(bm.n_free(), 12);  // every block (shared prompt blocks included) is obtainable again
+  EXPECT_TRUE(sch.abort_request(7).empty());
+  while (sch.has_work()) run_step(sch);  // the other request still runs to the end
+  EXPECT_TRUE(other->finished());
+  EXPECT_EQ(other->finish, FinishReason::length);
+  EXPECT_EQ(bm.n_free(), 12);
+}

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
 #include "engine/engine.h"
 #include "engine/speculative.h"
@@ -256,4 +257,49 @@ TEST(Speculative, ConfigErrorsNameTheKey) {
   a.vocab_size = 512;
   b.vocab_size = 513;
   EXPECT_NE(spec_check_draft(a, b, 64).message().find("vocab_size"), std::string::npos);
+}
+
+// Engine::step's token events (grpo serve's streaming) under speculative decoding:
+// several tokens per step each get an event, in order, and a sample's text deltas
+// add up to its final text (stop strings included); abort_request frees a request.
+TEST(Speculative, TokenEventsAndAbort) {
+  for (SpecMethod m : {SpecMethod::draft, SpecMethod::ngram}) {
+    SCOPED_TRACE(spec_method_name(m));
+    ContextOptions co;
+    co.deterministic = true;
+    Context ctx(co);
+    Engine eng(ctx, stories().w, stories().tok.get(), spec(opts(), m, 4), nullptr,
+               m == SpecMethod::draft ? &stories().w : nullptr);
+    SamplingParams p = params(0.f, 40, 3, 2);
+    p.stop = {"the"};
+    std::vector<int64_t> ids;
+    for (const auto& pr : prompts()) ids.push_back(eng.add_request(pr, p).value());
+    const int64_t gone = eng.add_request(prompts()[0], params(0.f, 40, 4)).value();
+    EXPECT_TRUE(eng.abort_request(gone));
+    EXPECT_FALSE(eng.abort_request(gone));
+    std::map<std::pair<int64_t, int>, std::string> text;
+    std::map<std::pair<int64_t, int>, std::vector<int32_t>> toks;
+    std::vector<RequestOutput> done;
+    int64_t multi = 0;
+    while (eng.has_unfinished()) {
+      std::vector<TokenEvent> ev;
+      auto d = eng.step(&ev);
+      std::map<std::pair<int64_t, int>, int> per_step;
+      for (const TokenEvent& e : ev) {
+        text[{e.request_id, e.sample_index}] += e.text_delta;
+        toks[{e.request_id, e.sample_index}].push_back(e.token);
+        multi += ++per_step[{e.request_id, e.sample_index}] == 2;
+      }
+      for (auto& o : d) done.push_back(std::move(o));
+    }
+    ASSERT_EQ(done.size(), ids.size() * 2);
+    for (const RequestOutput& o : done) {
+      EXPECT_NE(o.request_id, gone);
+      const std::pair<int64_t, int> key(o.request_id, o.sample_index);
+      EXPECT_EQ(text[key], o.text);
+      EXPECT_EQ(toks[key], o.completion_ids);
+    }
+    // The draft is the target itself: every draft is accepted.
+    if (m == SpecMethod::draft) EXPECT_GT(multi, 0) << "no step emitted two tokens of one sample";
+  }
 }

@@ -49,6 +49,14 @@ TEST(Jsonl, MissingFile) {
   EXPECT_NE(r.status().message().find("/nonexistent/x.jsonl"), std::string::npos);
 }
 
+// A directory opens as a stream that reads nothing; it must not pass for an empty file.
+TEST(Jsonl, DirectoryIsAnError) {
+  auto r = jsonl_read(testing::TempDir());
+  ASSERT_FALSE(r.ok()) << "a directory read as an empty JSONL file";
+  EXPECT_NE(r.status().message().find("is a directory"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find(testing::TempDir()), std::string::npos) << r.status().message();
+}
+
 TEST(Jsonl, RoundTrip) {
   std::vector<nlohmann::json> rows = {{{"q", "a \"quoted\"\nline"}, {"n", 1}},
                                       {{"q", "\xC3\xA9t\xC3\xA9"}, {"n", -2.5}, {"nested", {{"k", true}}}}};

@@ -79,7 +79,8 @@ TEST(TrainConfig, PrintConfigShowsOverrides) {
 }
 
 TEST(TrainConfig, ExampleConfigsParse) {
-  for (const char* name : {"default.toml", "gsm8k-qwen2.5.toml", "tandem.toml", "gsm8k-tandem-qwen2.5.toml"}) {
+  for (const char* name : {"default.toml", "gsm8k-qwen2.5.toml", "bench-qwen2.5-0.5b.toml", "bench-qwen3-0.6b.toml",
+                           "tandem.toml", "gsm8k-tandem-qwen2.5.toml"}) {
     const std::string p = std::string(GRPO_SOURCE_DIR) + "/examples/" + name;
     auto text = read_file(p);
     ASSERT_TRUE(text.ok()) << p;
@@ -149,8 +150,84 @@ TEST(TrainCli, RunStopAndResume) {
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
   EXPECT_EQ(checkpoint_latest(out), out + "/checkpoint-2");
+  // A changed config is refused on resume, with the differences listed, unless --resume-with-changes.
   r = run_grpo("train " + cfg + " --out " + out + " --threads 2 --set train.steps=3 --resume " + out + "/checkpoint-1");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("train.steps: 2 -> 3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("checkpoint.every: 1 -> 2"), std::string::npos) << r.output;
+  r = run_grpo("train " + cfg + " --out " + out + " --threads 2 --set train.steps=3 --resume " + out +
+               "/checkpoint-1 --resume-with-changes");
   ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("train.steps: 2 -> 3"), std::string::npos) << r.output;
   EXPECT_EQ(checkpoint_latest(out), out + "/checkpoint-3");
   fs::remove_all(dir);
+}
+
+// The engine flags of `grpo generate` (cli/engine_flags.h): the [engine] keys as flags,
+// validated with flag names, enum values from the same tables as the config.
+TEST(GenerateCli, EngineFlags) {
+  const std::string model = std::string(GRPO_SOURCE_DIR) + "/models/arith-tiny";
+  const std::string base = "generate --model " + model + " --ids 1,2,3 --max-tokens 3 --temperature 0 ";
+  CmdResult ok = run_grpo(base + "--block-size 4 --max-num-seqs 8 --max-num-batched-tokens 64 --kv-cache-mib 1 "
+                                 "--no-prefix-caching --no-cuda-graphs");
+  ASSERT_EQ(ok.code, 0) << ok.output;
+  // arith-tiny: 2 layers × K and V × 4 tokens × 2 kv heads × 32 dims × 4 bytes = 4096 bytes a block.
+  EXPECT_NE(ok.output.find("256 KV blocks of 4"), std::string::npos) << ok.output;
+  CmdResult bad = run_grpo(base + "--block-size 0");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.output.find("--block-size = 0: must be in 1..1024"), std::string::npos) << bad.output;
+  CmdResult graphs = run_grpo(base + "--cuda-graphs maybe");
+  EXPECT_NE(graphs.code, 0);
+  EXPECT_NE(graphs.output.find("'maybe' is not one of auto, on, off"), std::string::npos) << graphs.output;
+  CmdResult kv = run_grpo(base + "--kv-cache-dtype int4");
+  EXPECT_NE(kv.code, 0);
+  EXPECT_NE(kv.output.find("not one of auto, fp8, fp8_e4m3"), std::string::npos) << kv.output;
+  CmdResult on_cpu = run_grpo(base + "--cuda-graphs on");
+  EXPECT_EQ(on_cpu.code, 1);
+  EXPECT_NE(on_cpu.output.find("CUDA graphs need a CUDA device"), std::string::npos) << on_cpu.output;
+}
+
+// The speculative flags are engine flags too ([engine.speculative] keys, validated with flag names).
+TEST(GenerateCli, SpeculativeFlags) {
+  const std::string model = std::string(GRPO_SOURCE_DIR) + "/models/arith-tiny";
+  const std::string base = "generate --model " + model + " --ids 1,2,3,1,2,3 --max-tokens 6 --temperature 0 ";
+  CmdResult plain = run_grpo(base);
+  ASSERT_EQ(plain.code, 0) << plain.output;
+  CmdResult ng = run_grpo(base + "--spec ngram --num-speculative-tokens 3 --ngram-min 1 --ngram-max 3 --no-adaptive-spec");
+  ASSERT_EQ(ng.code, 0) << ng.output;
+  EXPECT_NE(ng.output.find("[generate] speculative ngram:"), std::string::npos) << ng.output;
+  // Same completion as plain decoding (the line before "[finish: ...]").
+  auto completion = [](const std::string& out) {
+    const size_t f = out.find("[finish:");
+    if (f == std::string::npos || f == 0) return std::string();
+    const size_t b = out.rfind('\n', f - 2);
+    return out.substr(b == std::string::npos ? 0 : b + 1, f - (b == std::string::npos ? 0 : b + 1));
+  };
+  EXPECT_FALSE(completion(plain.output).empty()) << plain.output;
+  EXPECT_EQ(completion(plain.output), completion(ng.output));
+  CmdResult draft = run_grpo(base + "--spec draft --draft-model " + model + " --k 2");
+  ASSERT_EQ(draft.code, 0) << draft.output;
+  EXPECT_NE(draft.output.find("[generate] speculative draft:"), std::string::npos) << draft.output;
+  CmdResult no_draft = run_grpo(base + "--spec draft");
+  EXPECT_EQ(no_draft.code, 1);
+  EXPECT_NE(no_draft.output.find("--draft-model"), std::string::npos) << no_draft.output;
+  CmdResult bad_k = run_grpo(base + "--spec ngram --k 0");
+  EXPECT_EQ(bad_k.code, 1);
+  EXPECT_NE(bad_k.output.find("--num-speculative-tokens = 0: must be in [1, 16]"), std::string::npos) << bad_k.output;
+  CmdResult bad_m = run_grpo(base + "--spec eagle");
+  EXPECT_NE(bad_m.code, 0);
+  EXPECT_NE(bad_m.output.find("'eagle' is not one of off, draft, ngram"), std::string::npos) << bad_m.output;
+}
+
+TEST(TrainCli, ListKeysShowsEngineKeysAndAllowedValues) {
+  CmdResult r = run_grpo("train --list-keys");
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* line : {"engine.block_size\n", "engine.gpu_memory_utilization\n", "engine.kv_cache_mib\n",
+                           "engine.cuda_graphs  (auto, on, off)\n", "engine.kv_cache_dtype  (auto, fp8, fp8_e4m3)\n",
+                           "rollout.ignore_eos\n", "rollout.min_new_tokens\n", "train.activation_recompute\n",
+                           "train.micro_batch_tokens\n", "train.lr_schedule  (constant, linear, cosine)\n",
+                           "engine.speculative.method  (off, draft, ngram)\n", "engine.speculative.draft_model\n",
+                           "tandem.strategy  (token, chunk, word)\n"})
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << r.output;
+  EXPECT_EQ(r.output.find("rollout.kv_cache_dtype"), std::string::npos);
 }

@@ -2,7 +2,8 @@
 // steps per generation batch (rollout logprobs as old logprobs, deferred
 // checkpoints), the KL term against a frozen reference, importance-sampling
 // correction, exact resume with all of these, early stopping, and rollouts over an
-// FP8 KV cache (rollout.kv_cache_dtype).
+// FP8 KV cache (engine.kv_cache_dtype), the [engine] section reaching the engine, and
+// the prefix-cache hit metric.
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -107,9 +108,9 @@ TEST(GrpoLoopOptions, ChatTemplateWithoutTemplateIsAnError) {
 
 TEST(GrpoLoopOptions, Fp8KvCacheNeedsHeadDimMultipleOf16) {
   const std::string out = make_temp_dir("fp8bad");
-  auto r = run(tiny_config(1, {"rollout.kv_cache_dtype=fp8"}), out);  // stories260K: head_dim 8
+  auto r = run(tiny_config(1, {"engine.kv_cache_dtype=fp8"}), out);  // stories260K: head_dim 8
   ASSERT_FALSE(r.ok());
-  for (const char* word : {"rollout.kv_cache_dtype", "head_dim % 16", "auto"})
+  for (const char* word : {"engine.kv_cache_dtype", "head_dim % 16", "auto"})
     EXPECT_NE(r.status().message().find(word), std::string::npos) << r.status().message();
   fs::remove_all(out);
 }
@@ -118,7 +119,7 @@ TEST(GrpoLoopOptions, Fp8KvCacheRunRecordsItsKvDtypeAndMismatch) {
   // The demo model (head_dim 32) with an FP8 KV cache and the TIS correction.
   const std::string out = make_temp_dir("fp8");
   RunConfig cfg = tiny_config(2, {"model.path=" + std::string(GRPO_SOURCE_DIR) + "/models/arith-tiny",
-                                  "rollout.kv_cache_dtype=fp8_e4m3", "train.importance_sampling=token_truncate",
+                                  "engine.kv_cache_dtype=fp8_e4m3", "train.importance_sampling=token_truncate",
                                   "eval.every=0", "checkpoint.save_final=false"});
   auto r = run(cfg, out);
   ASSERT_TRUE(r.ok()) << r.status().message();
@@ -135,4 +136,79 @@ TEST(GrpoLoopOptions, Fp8KvCacheRunRecordsItsKvDtypeAndMismatch) {
     EXPECT_GT(num(s, "is_ratio/mean"), 0.0);
   }
   fs::remove_all(out);
+}
+
+TEST(GrpoLoopOptions, EngineSectionReachesTheEngine) {
+  const std::string out = make_temp_dir("engine");
+  RunConfig cfg = tiny_config(1, {"engine.block_size=4", "engine.kv_cache_mib=1", "engine.max_num_batched_tokens=512",
+                                  "engine.cuda_graphs=off", "eval.every=0", "checkpoint.save_final=false"});
+  auto r = run(cfg, out);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  std::ifstream f(out + "/run_info.json");
+  const nlohmann::json e = nlohmann::json::parse(f)["engine"];
+  EXPECT_EQ(e["block_size"], 4);
+  EXPECT_EQ(e["max_num_seqs"], 8);  // engine.max_num_seqs = 0: the generation batch, B·G = 2·4
+  EXPECT_EQ(e["max_num_batched_tokens"], 512);
+  EXPECT_EQ(e["cuda_graphs"], false);
+  EXPECT_EQ(e["prefix_caching"], true);
+  EXPECT_EQ(e["kv_budget_bytes"].get<int64_t>(), int64_t(1) << 20);
+  // The pool is the budget in whole blocks, not B·G worst-case sequences.
+  const int64_t blocks = e["n_kv_blocks"].get<int64_t>(), bytes = e["kv_bytes"].get<int64_t>();
+  ASSERT_GT(blocks, 0);
+  EXPECT_EQ(blocks, (int64_t(1) << 20) / (bytes / blocks));
+  fs::remove_all(out);
+}
+
+TEST(GrpoLoopOptions, PrefixHitTokensAreLogged) {
+  // block_size 4: the G = 4 samples of a prompt share its full blocks, so samples 2..4 hit the cache.
+  auto hits = [](bool caching, double* frac) {
+    const std::string out = make_temp_dir("prefix");
+    RunConfig cfg = tiny_config(2, {"engine.block_size=4", std::string("engine.enable_prefix_caching=") +
+                                    (caching ? "true" : "false"), "eval.every=0", "checkpoint.save_final=false"});
+    auto r = run(cfg, out);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    MetricsFile m = read_metrics(out + "/metrics.jsonl");
+    EXPECT_EQ(m.steps.size(), 2u);
+    double total = 0;
+    *frac = 0;
+    for (const auto& s : m.steps) {
+      total += num(s, "rollout/prefix_hit_tokens");
+      *frac = std::max(*frac, num(s, "rollout/prefix_hit_frac"));
+    }
+    fs::remove_all(out);
+    return total;
+  };
+  double frac_on = 0, frac_off = 0;
+  EXPECT_GT(hits(true, &frac_on), 0.0);
+  EXPECT_EQ(hits(false, &frac_off), 0.0);
+  EXPECT_GT(frac_on, 0.0);
+  EXPECT_LE(frac_on, 0.75);  // the first sample of each prompt computes its prompt: at most (G−1)/G
+  EXPECT_EQ(frac_off, 0.0);
+}
+
+TEST(GrpoLoopOptions, ActivationRecomputeReachesTheTrainerAndChangesNoNumber) {
+  // Recompute re-runs each layer's forward before its backward with the same deterministic
+  // kernels: the run must be identical, only its memory differs.
+  auto run_with = [](bool recompute, nlohmann::json* trainer) {
+    const std::string out = make_temp_dir("recompute");
+    RunConfig cfg = tiny_config(2, {std::string("train.activation_recompute=") + (recompute ? "true" : "false"),
+                                    "train.micro_batch_tokens=64", "eval.every=0", "checkpoint.save_final=false"});
+    auto r = run(cfg, out);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    std::ifstream f(out + "/run_info.json");
+    *trainer = nlohmann::json::parse(f)["trainer"];
+    MetricsFile m = read_metrics(out + "/metrics.jsonl");
+    std::vector<double> v;
+    for (const auto& s : m.steps) v.push_back(num(s, "loss")), v.push_back(num(s, "grad_norm"));
+    fs::remove_all(out);
+    return v;
+  };
+  nlohmann::json t_on, t_off;
+  const std::vector<double> on = run_with(true, &t_on), off = run_with(false, &t_off);
+  EXPECT_EQ(t_on["activation_recompute"], true);
+  EXPECT_EQ(t_off["activation_recompute"], false);
+  EXPECT_EQ(t_on["micro_batch_tokens"], 64);
+  ASSERT_EQ(on.size(), 4u);
+  EXPECT_EQ(on, off);
+  EXPECT_NE(on[1], 0.0);  // the weights really moved (non-zero gradient)
 }

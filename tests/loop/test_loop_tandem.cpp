@@ -115,3 +115,39 @@ TEST(GrpoLoopTandem, PartnerFromAnotherDirectoryAndPartnerErrors) {
   EXPECT_NE(c.status().message().find("tandem.strategy"), std::string::npos) << c.status().message();
   for (const auto& d : {out, out + "_2", out + "_3", pdir, bad}) fs::remove_all(d);
 }
+
+// engine.speculative in grpo train: the loop loads the draft model (method draft) and
+// rollouts equal plain decoding token for token, so training is exactly vanilla's.
+TEST(GrpoLoopSpeculative, DraftAndNgramTrainExactlyAsVanilla) {
+  const std::vector<std::string> common = {"eval.every=0", "checkpoint.save_final=false", "checkpoint.every=0"};
+  const std::string v = make_temp_dir("spec_vanilla");
+  auto rv = run(tiny_config(2, common), v);
+  ASSERT_TRUE(rv.ok()) << rv.status().message();
+  const MetricsFile mv = read_metrics(v + "/metrics.jsonl");
+  ASSERT_EQ(mv.steps.size(), 2u);
+  for (const std::string method : {std::string("draft"), std::string("ngram")}) {
+    SCOPED_TRACE(method);
+    const std::string out = make_temp_dir(("spec_" + method).c_str());
+    auto sets = common;
+    sets.push_back("engine.speculative.method=" + method);
+    if (method == "draft") sets.push_back("engine.speculative.draft_model=" + tiny_model_dir());
+    auto r = run(tiny_config(2, sets), out);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    const MetricsFile m = read_metrics(out + "/metrics.jsonl");
+    ASSERT_EQ(m.steps.size(), 2u);
+    for (size_t i = 0; i < 2; ++i)
+      for (const char* k : {"loss", "reward/mean", "grad_norm", "completion/mean_length"})
+        EXPECT_EQ(num(m.steps[i], k), num(mv.steps[i], k)) << k << " at step " << i;
+    std::ifstream info(out + "/run_info.json");
+    const auto j = nlohmann::json::parse(info);
+    ASSERT_TRUE(j.contains("speculative")) << j.dump();
+    EXPECT_EQ(j["speculative"]["method"], method);
+    fs::remove_all(out);
+  }
+  // A draft directory that does not exist is named in the error.
+  auto bad = run(tiny_config(1, {"engine.speculative.method=draft", "engine.speculative.draft_model=/nonexistent/draft"}),
+                 make_temp_dir("spec_bad"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("engine.speculative.draft_model"), std::string::npos) << bad.status().message();
+  fs::remove_all(v);
+}

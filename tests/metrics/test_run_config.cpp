@@ -121,7 +121,7 @@ TEST(RunConfig, UnknownKeysAndSections) {
   expect_error("[train]\nlr = 1e-5\nlrr = 1e-5\n", {"cfg.toml:3:", "unknown key 'lrr' in section [train]", "valid keys:", "lr, lr_schedule"});
   expect_error("[data.arithmetic]\ndifficulti = 1\n", {"unknown key 'difficulti' in section [data.arithmetic]", "difficulty"});
   expect_error("[data.arith]\ndifficulty = 1\n", {"unknown key 'arith' in section [data]", "arithmetic.*"});
-  expect_error("[trian]\nsteps = 1\n", {"unknown section [trian]", "valid sections: run, model, data, rollout, train"});
+  expect_error("[trian]\nsteps = 1\n", {"unknown section [trian]", "valid sections: run, model, data, rollout, engine, train"});
   expect_error("steps = 1\n", {"unknown section [steps]"});
   expect_error("[[reward]]\nname = \"correct\"\nscale = 2\n", {"reward[0]", "unknown parameter 'scale'"});
 }
@@ -153,8 +153,8 @@ TEST(RunConfig, OutOfRangeValuesNameKeyAndValue) {
   expect_error("[data.arithmetic]\ndifficulty = 7\n", {"data.arithmetic.difficulty = 7: must be 0..3"});
   expect_error("[eval]\nearly_stopping_patience = 2\n", {"eval.early_stopping_patience = 2: needs eval.every > 0"});
   expect_error("[[reward]]\nname = \"length_overlong\"\nmax_len = 10\ncache_len = 20\n", {"cache_len = 20"});
-  expect_error("[rollout]\nkv_cache_dtype = \"fp16\"\n",
-               {"rollout.kv_cache_dtype = \"fp16\": must be one of auto, fp8, fp8_e4m3"});
+  expect_error("[engine]\nkv_cache_dtype = \"fp16\"\n",
+               {"engine.kv_cache_dtype = \"fp16\": must be one of auto, fp8, fp8_e4m3"});
 }
 
 TEST(RunConfig, OverridesUseDeclaredTypes) {
@@ -176,10 +176,10 @@ TEST(RunConfig, OverridesUseDeclaredTypes) {
   EXPECT_EQ(r->reward[2].params["max_len"], 1024);
   EXPECT_DOUBLE_EQ(r->reward[0].weight, 2.0);
 
-  auto kv = run_config_parse(kFull, "full.toml", {"rollout.kv_cache_dtype=fp8"});
+  auto kv = run_config_parse(kFull, "full.toml", {"engine.kv_cache_dtype=fp8"});
   ASSERT_TRUE(kv.ok()) << kv.status().message();
-  EXPECT_EQ(kv->rollout.kv_cache_dtype, "fp8");
-  EXPECT_EQ(RunConfig().rollout.kv_cache_dtype, "auto");
+  EXPECT_EQ(kv->engine.kv_cache_dtype, KvCacheDtype::fp8_e4m3);
+  EXPECT_EQ(RunConfig().engine.kv_cache_dtype, KvCacheDtype::automatic);
 
   expect_error("", {"--set train.steps=abc", "train.steps", "is not an integer"}, {"train.steps=abc"});
   expect_error("", {"train.steps = 2.5: expected an integer"}, {"train.steps=2.5"});
@@ -281,11 +281,74 @@ TEST(RunConfig, MakesEachEnvironment) {
   auto bad = run_config_make_env(j, *pj);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find(p + ":2:"), std::string::npos) << bad.status().message();
-  j.data.on_bad_line = "skip";
+  j.data.on_bad_line = BadLinePolicy::skip;
   auto ej = run_config_make_env(j, *pj);
   ASSERT_TRUE(ej.ok()) << ej.status().message();
   EXPECT_EQ((*ej)->size(Split::train), 2u);
   EXPECT_EQ((*ej)->score((*ej)->example(Split::train, 1), "<answer>4</answer>"), 1.0f);
+}
+
+// A directory given as a data file, and an empty eval file while evals are on,
+// are errors naming the key and the path; evals are off only by eval.every = 0.
+TEST(RunConfig, DataDirectoriesAndEmptyEvalSetsAreErrors) {
+  const std::string dir = testing::TempDir() + "cfg_data_errors";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/shards");
+  const std::string train = dir + "/train.jsonl", empty = dir + "/empty.jsonl";
+  std::ofstream(train) << "{\"q\":\"1+1?\",\"a\":2}\n";
+  std::ofstream(empty) << "";
+  RunConfig j;
+  j.data.env = "jsonl";
+  j.data.train_path = dir + "/shards";
+  j.data.prompt_field = "q";
+  j.data.answer_field = "a";
+  auto p = run_config_resolve_paths(j);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("data.train_path = \"" + dir + "/shards\": is a directory"), std::string::npos)
+      << p.status().message();
+  j.data.train_path = train;
+  j.data.eval_path = dir + "/shards";
+  p = run_config_resolve_paths(j);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("data.eval_path = \"" + dir + "/shards\": is a directory"), std::string::npos)
+      << p.status().message();
+
+  j.data.eval_path = empty;
+  j.eval.every = 5;
+  p = run_config_resolve_paths(j);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  auto e = run_config_make_env(j, *p);
+  ASSERT_FALSE(e.ok()) << "an empty eval file must not silently turn evals off";
+  for (const std::string f : {"data.eval_path = \"" + empty + "\": no examples", std::string("eval.every = 5"),
+                              std::string("eval.every = 0")})
+    EXPECT_NE(e.status().message().find(f), std::string::npos) << f << " in: " << e.status().message();
+  j.eval.every = 0;  // evals off by the config: the empty file is fine
+  e = run_config_make_env(j, *p);
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  EXPECT_EQ((*e)->size(Split::test), 0u);
+
+  // An empty train file, and a gsm8k eval file that holds no examples.
+  j.data.train_path = empty;
+  auto paths = run_config_resolve_paths(j);
+  ASSERT_TRUE(paths.ok()) << paths.status().message();
+  e = run_config_make_env(j, *paths);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("data.train_path = \"" + empty + "\": no examples (the file is empty)"),
+            std::string::npos) << e.status().message();
+  RunConfig g;
+  g.data.env = "gsm8k";
+  g.data.train_path = std::string(GRPO_SOURCE_DIR) + "/data/gsm8k/test.jsonl";
+  g.data.eval_path = empty;
+  g.eval.every = 10;
+  auto pg = run_config_resolve_paths(g);
+  ASSERT_TRUE(pg.ok()) << pg.status().message();
+  auto eg = run_config_make_env(g, *pg);
+  ASSERT_FALSE(eg.ok());
+  EXPECT_NE(eg.status().message().find("data.eval_path = \"" + empty + "\": no examples"), std::string::npos)
+      << eg.status().message();
+  g.data.eval_split = "train";  // evals on the train split need no eval file
+  EXPECT_TRUE(run_config_make_env(g, *pg).ok());
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // Summary.value=1; Value.tag=1, simple_value=2).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -173,6 +174,102 @@ TEST(TensorBoard, FrameLayout) {
   EXPECT_EQ(r.substr(12, 3), "abc");
   EXPECT_EQ(le(r, 15, 4), ref_mask(ref_crc32c("abc")));
   EXPECT_EQ(crc32c_mask(0), 0xa282ead8u);
+}
+
+// (step, first value) of each event of a file, decoded independently; the
+// file_version record reads as step -1.
+std::vector<std::pair<int64_t, float>> file_events(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::pair<int64_t, float>> out;
+  for (const auto& rec : unframe(bytes)) {
+    int64_t step = 0;
+    float value = 0;
+    bool header = false;
+    for (const auto& f : fields(rec)) {
+      if (f.number == 2) step = int64_t(f.varint);
+      if (f.number == 3) header = true;
+      if (f.number == 5) value = as_float(fields(fields(f.bytes).at(0).bytes).at(1).varint);
+    }
+    out.emplace_back(header ? -1 : step, value);
+  }
+  return out;
+}
+
+std::vector<std::string> files_in(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& de : std::filesystem::directory_iterator(dir)) out.push_back(de.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+using Events = std::vector<std::pair<int64_t, float>>;
+
+TEST(TensorBoard, ResumedRunKeepsOneFileWithoutRepeatedSteps) {
+  const std::string dir = testing::TempDir() + "tb_resume";
+  std::filesystem::remove_all(dir);
+  {
+    auto w = TensorBoardWriter::open_run(dir, -1);
+    ASSERT_TRUE(w.ok()) << w.status().message();
+    for (int s = 0; s <= 5; ++s) ASSERT_TRUE((*w)->write(s, 1000 + s, {{"loss", float(s)}}).ok());
+  }
+  const std::vector<std::string> first = files_in(dir);
+  ASSERT_EQ(first.size(), 1u);
+  {
+    // Resumed from a checkpoint at step 3: steps 4 and 5 of the killed run go, the new ones follow.
+    auto w = TensorBoardWriter::open_run(dir, 3);
+    ASSERT_TRUE(w.ok()) << w.status().message();
+    EXPECT_EQ((*w)->path(), first[0]);
+    for (int s = 4; s <= 6; ++s) ASSERT_TRUE((*w)->write(s, 2000 + s, {{"loss", 100.f + s}}).ok());
+  }
+  ASSERT_EQ(files_in(dir), first);
+  EXPECT_EQ(file_events(first[0]),
+            (Events{{-1, 0.f}, {0, 0.f}, {1, 1.f}, {2, 2.f}, {3, 3.f}, {4, 104.f}, {5, 105.f}, {6, 106.f}}));
+
+  // A record torn by a kill mid-write is dropped on the next resume.
+  {
+    std::ofstream(first[0], std::ios::binary | std::ios::app) << tfrecord_frame(tb_event_scalars(3000, 7, {{"loss", 7.f}})).substr(0, 20);
+    auto w = TensorBoardWriter::open_run(dir, 6);
+    ASSERT_TRUE(w.ok()) << w.status().message();
+    ASSERT_TRUE((*w)->write(7, 3000, {{"loss", 207.f}}).ok());
+  }
+  Events want = {{-1, 0.f}, {0, 0.f}, {1, 1.f}, {2, 2.f}, {3, 3.f}, {4, 104.f}, {5, 105.f}, {6, 106.f}, {7, 207.f}};
+  EXPECT_EQ(file_events(first[0]), want);
+
+  // A fresh run into the directory starts a new file and drops the old one.
+  {
+    auto w = TensorBoardWriter::open_run(dir, -1);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->write(1, 4000, {{"loss", 9.f}}).ok());
+    ASSERT_EQ(files_in(dir).size(), 1u);
+    EXPECT_EQ(file_events((*w)->path()), (Events{{-1, 0.f}, {1, 9.f}}));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// Directories from before: one file per process, the later one repeating steps
+// after a resume. They merge into the oldest file, the later file winning.
+TEST(TensorBoard, ResumeMergesEarlierPerProcessFiles) {
+  const std::string dir = testing::TempDir() + "tb_merge";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  auto write_file = [&](const std::string& name, int from, int to, float base) {
+    std::string bytes = tfrecord_frame(tb_event_file_version(1000));
+    for (int s = from; s <= to; ++s) bytes += tfrecord_frame(tb_event_scalars(1000 + s, s, {{"loss", base + s}}));
+    std::ofstream(dir + "/" + name, std::ios::binary) << bytes;
+  };
+  // Time stamps order the files (9 < 10 although "10" sorts first as text).
+  write_file("events.out.tfevents.9.host.11.0", 1, 5, 0.f);
+  write_file("events.out.tfevents.10.host.12.0", 4, 8, 100.f);
+  {
+    auto w = TensorBoardWriter::open_run(dir, 6);
+    ASSERT_TRUE(w.ok()) << w.status().message();
+    EXPECT_EQ((*w)->path(), dir + "/events.out.tfevents.9.host.11.0");
+  }
+  ASSERT_EQ(files_in(dir), std::vector<std::string>{dir + "/events.out.tfevents.9.host.11.0"});
+  EXPECT_EQ(file_events(dir + "/events.out.tfevents.9.host.11.0"),
+            (Events{{-1, 0.f}, {1, 1.f}, {2, 2.f}, {3, 3.f}, {4, 104.f}, {5, 105.f}, {6, 106.f}}));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

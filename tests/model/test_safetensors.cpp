@@ -233,3 +233,112 @@ TEST(Safetensors, DuplicateTensorAcrossShardsIsAnError) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("appears in both"), std::string::npos);
 }
+
+namespace {
+
+// Header JSON and data section of a file, split by the independent reading of the format.
+struct StParts {
+  std::string header, data;
+};
+StParts st_split(const std::string& bytes) {
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | uint8_t(bytes[size_t(i)]);
+  return {bytes.substr(8, n), bytes.substr(8 + n)};
+}
+std::string file_bytes(const std::string& path) { return read_file(path).value(); }
+
+}  // namespace
+
+// Files from the project's writer, then corrupted so that every offset still
+// lies inside the data section and every size matches its shape: only the
+// check that the offsets tile the data section exactly can catch them.
+TEST(Safetensors, OffsetsMustTileTheDataSection) {
+  TempDir tmp;
+  std::vector<float> a = {1.f, 2.f, 3.f, 4.f}, b = {5.f, 6.f, 7.f, 8.f}, c = {9.f, 10.f};
+  std::vector<SafetensorsWriteItem> items = {{"a", tensor_borrow(a.data(), DType::f32, Device::cpu, {4}), DType::f32, {}},
+                                             {"b", tensor_borrow(b.data(), DType::f32, Device::cpu, {4}), DType::f32, {}},
+                                             {"c", tensor_borrow(c.data(), DType::f32, Device::cpu, {2}), DType::f32, {}}};
+  // Metadata of a length chosen so that the header carries >= 4 bytes of space padding.
+  std::string good, bytes;
+  for (int fill = 0; fill < 8; ++fill) {
+    good = tmp.path + "/good" + std::to_string(fill) + ".safetensors";
+    ASSERT_TRUE(safetensors_write(good, items, {{"note", std::string(size_t(fill), 'x')}}).ok());
+    bytes = file_bytes(good);
+    const std::string h = st_split(bytes).header;
+    if (h.size() - (h.find_last_not_of(' ') + 1) >= 4) break;
+  }
+  const StParts parts = st_split(bytes);
+  ASSERT_GE(parts.header.size() - (parts.header.find_last_not_of(' ') + 1), 4u) << parts.header;
+  ASSERT_EQ(parts.data.size(), 40u);
+  ASSERT_TRUE(SafetensorsFile::open(good).ok());
+
+  // Header length lowered by 1..4 bytes: the JSON still parses, every tensor shifts.
+  for (int k = 1; k <= 4; ++k) {
+    std::string b2 = bytes;
+    b2[0] = char(uint8_t(b2[0]) - k);  // header length < 256 here: the low byte holds it all
+    ASSERT_EQ(uint8_t(bytes[1]), 0);
+    const std::string p = tmp.write("lowered" + std::to_string(k) + ".safetensors", b2);
+    const std::string msg = open_error(p);
+    EXPECT_NE(msg.find(p), std::string::npos) << msg;
+    EXPECT_NE(msg.find(std::to_string(k) + " bytes of the " + std::to_string(40 + k) + "-byte data section"),
+              std::string::npos) << msg;
+    EXPECT_NE(msg.find("\"c\""), std::string::npos) << "names the last tensor: " << msg;
+    EXPECT_NE(msg.find("header length"), std::string::npos) << msg;
+  }
+
+  auto with_offsets = [&](const std::string& name, std::vector<std::pair<int, int>> offs, const std::string& data) {
+    auto h = nlohmann::json::parse(parts.header);
+    const char* names[] = {"a", "b", "c"};
+    for (int i = 0; i < 3; ++i) h[names[i]]["data_offsets"] = {offs[size_t(i)].first, offs[size_t(i)].second};
+    return tmp.write(name, st_bytes(h.dump(), data));
+  };
+  // The unmodified layout rebuilt by the independent writer opens.
+  ASSERT_TRUE(SafetensorsFile::open(with_offsets("same.safetensors", {{0, 16}, {16, 32}, {32, 40}}, parts.data)).ok());
+
+  std::string p = with_offsets("overlap.safetensors", {{0, 16}, {12, 28}, {32, 40}}, parts.data);
+  std::string msg = open_error(p);
+  EXPECT_NE(msg.find(p), std::string::npos) << msg;
+  EXPECT_NE(msg.find("\"a\""), std::string::npos) << msg;
+  EXPECT_NE(msg.find("\"b\""), std::string::npos) << msg;
+  EXPECT_NE(msg.find("overlap"), std::string::npos) << msg;
+
+  p = with_offsets("gap.safetensors", {{0, 16}, {20, 36}, {36, 44}}, parts.data + std::string(4, '\0'));
+  msg = open_error(p);
+  EXPECT_NE(msg.find(p), std::string::npos) << msg;
+  EXPECT_NE(msg.find("tensor \"b\" begins at byte 20"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("4 bytes belong to no tensor"), std::string::npos) << msg;
+
+  p = with_offsets("gap_first.safetensors", {{8, 24}, {24, 40}, {40, 48}}, parts.data + std::string(8, '\0'));
+  msg = open_error(p);
+  EXPECT_NE(msg.find("tensor \"a\" begins at byte 8"), std::string::npos) << msg;
+
+  p = tmp.write("trailing.safetensors", bytes + std::string(8, '\0'));
+  msg = open_error(p);
+  EXPECT_NE(msg.find(p), std::string::npos) << msg;
+  EXPECT_NE(msg.find("8 bytes of the 48-byte data section"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("\"c\""), std::string::npos) << msg;
+
+  // Empty tensors take no bytes; at the running offset they are fine, elsewhere they break the tiling.
+  const std::string e_ok = R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"e":{"dtype":"F32","shape":[0],"data_offsets":[16,16]}})";
+  EXPECT_TRUE(SafetensorsFile::open(tmp.write("empty_ok.safetensors", st_bytes(e_ok, std::string(16, '\0')))).ok());
+  const std::string e_bad = R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"e":{"dtype":"F32","shape":[0],"data_offsets":[8,8]}})";
+  EXPECT_NE(open_error(tmp.write("empty_bad.safetensors", st_bytes(e_bad, std::string(16, '\0')))).find("overlap"),
+            std::string::npos);
+  // No tensors at all: the data section must be empty.
+  EXPECT_TRUE(SafetensorsFile::open(tmp.write("none.safetensors", st_bytes("{}", ""))).ok());
+  EXPECT_NE(open_error(tmp.write("none_data.safetensors", st_bytes("{}", "xyz"))).find("without tensors"),
+            std::string::npos);
+}
+
+// Files written by the Python library (HF checkpoints and PyTorch fixtures) keep opening.
+TEST(Safetensors, ReferenceFilesStillOpen) {
+  int n = 0;
+  for (const char* dir : {"tests/fixtures", "models"})
+    for (const auto& de : fs::recursive_directory_iterator(fs::path(GRPO_SOURCE_DIR) / dir))
+      if (de.path().extension() == ".safetensors") {
+        auto r = SafetensorsFile::open(de.path().string());
+        EXPECT_TRUE(r.ok()) << r.status().message();
+        ++n;
+      }
+  EXPECT_GE(n, 7) << "the HF model fixtures under tests/fixtures/models are expected";
+}

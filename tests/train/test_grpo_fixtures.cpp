@@ -5,6 +5,8 @@
 // sliding-window ones (mistral_swa, qwen2_swa) skip until generated.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -107,11 +109,32 @@ void run_arch(const std::string& arch) {
 
   const auto specs = arch_tensors(w.config);
   int n_cases = 0;
+  // Fixtures written before per-token weights entered the token-mean counts hold the old
+  // expectation for weighted cases. bnpo divides the whole micro-batch by one count, so its
+  // new expectation is the old one times Σm / Σm·w (m: mask after truncation masking),
+  // computed here from the fixture's batch; other weighted cases are skipped and named.
+  const bool weights_in_counts = fx.value("weights_in_counts", false);
+  std::string stale;
   for (const json& cs : fx.at("cases")) {
     const std::string name = cs.at("name").get<std::string>();
     const std::string what = arch + "/" + name;
     SCOPED_TRACE(what);
     const json& c = cs.at("config");
+    double scale = 1.0;
+    if (!weights_in_counts && c.value("use_weights", false)) {
+      if (c.at("loss_type") != "bnpo") {
+        stale += (stale.empty() ? "" : ", ") + name;
+        continue;
+      }
+      double n_m = 0, n_mw = 0;
+      for (size_t sq = 0; sq + 1 < b.completion_offsets.size(); ++sq)
+        for (int32_t t = b.completion_offsets[sq]; t < b.completion_offsets[sq + 1]; ++t) {
+          const double mt = c.value("mask_truncated", false) && trunc[sq] ? 0.0 : 1.0;
+          n_m += mt;
+          n_mw += mt * wts[size_t(t)];
+        }
+      scale = std::max(1.0, n_m) / std::max(1.0, n_mw);
+    }
     train_model_forward(ctx, m, w, b, lp_t, nullptr, true);
     const std::vector<float> logp = tensor_to_f32(lp_t);
     double loss = 0;
@@ -154,9 +177,10 @@ void run_arch(const std::string& arch) {
       EXPECT_NEAR(out.metrics.rollout_abs_diff_mean(), M.at("rollout_mean_abs_diff").get<double>(), 2e-5);
       EXPECT_NEAR(out.metrics.rollout_kl(), M.at("rollout_kl").get<double>(), 1e-5);
     }
-    const double lref = cs.at("loss").get<double>();
+    const double lref = scale * cs.at("loss").get<double>();
     EXPECT_NEAR(loss, lref, 1e-6 + 1e-4 * std::fabs(lref)) << "loss";
-    const std::vector<float> dref = floats(cs.at("dlogp"));
+    std::vector<float> dref = floats(cs.at("dlogp"));
+    for (float& x : dref) x = float(scale * x);
     expect_close(dlogp.data(), dref.data(), Tc, 1e-7, 1e-4, what + " dlogp");
 
     ModelWeights g = zero_grads(w.config);
@@ -170,13 +194,14 @@ void run_arch(const std::string& arch) {
       const float* gp = v.ptr<float>();
       const int64_t n = v.numel();
       const Stats st = stats_of(gp, n);
-      const double nref = ps.at("norm").get<double>();
+      const double nref = scale * ps.at("norm").get<double>();
       EXPECT_NEAR(st.norm, nref, 1e-4 * nref + 1e-9) << s.name << " gradient norm";
-      EXPECT_NEAR(st.probe_dot, ps.at("probe_dot").get<double>(), 1e-4 * ps.at("probe_abs").get<double>() + 1e-9)
+      EXPECT_NEAR(st.probe_dot, scale * ps.at("probe_dot").get<double>(),
+                  1e-4 * scale * ps.at("probe_abs").get<double>() + 1e-9)
           << s.name << " gradient probe";
       for (const json& smp : ps.at("samples")) {
         const int64_t i = smp[0].get<int64_t>();
-        const double r = smp[1].get<double>();
+        const double r = scale * smp[1].get<double>();
         ASSERT_LT(i, n);
         EXPECT_NEAR(gp[i], r, 1e-4 * std::fabs(r) + 1e-5 * nref) << s.name << "[" << i << "]";
       }
@@ -189,14 +214,21 @@ void run_arch(const std::string& arch) {
         ASSERT_TRUE(t.ok()) << t.status().message();
         const Tensor v = arch_view(g, s);
         ASSERT_EQ(t->numel(), v.numel()) << s.name;
+        std::vector<float> ref(size_t(v.numel()));  // the file's tensor may be a read-only mapping
         double mx = 0;
-        for (int64_t i = 0; i < v.numel(); ++i) mx = std::max(mx, double(std::fabs(t->ptr<float>()[i])));
-        expect_close(v.ptr<float>(), t->ptr<float>(), v.numel(), 1e-5 * mx, 1e-4, what + " " + s.name);
+        for (int64_t i = 0; i < v.numel(); ++i) {
+          ref[size_t(i)] = float(scale * t->ptr<float>()[i]);
+          mx = std::max(mx, double(std::fabs(ref[size_t(i)])));
+        }
+        expect_close(v.ptr<float>(), ref.data(), v.numel(), 1e-5 * mx, 1e-4, what + " " + s.name);
       }
     }
     ++n_cases;
   }
-  EXPECT_GE(n_cases, 20);
+  EXPECT_GE(n_cases + int(std::count(stale.begin(), stale.end(), ',')) + (stale.empty() ? 0 : 1), 20);
+  if (!stale.empty())
+    GTEST_SKIP() << arch << " cases " << stale << ": the fixture predates weighted token counts (no "
+                 << "\"weights_in_counts\"); regenerate it with `" << kScript << "` on a machine with torch";
 }
 
 }  // namespace

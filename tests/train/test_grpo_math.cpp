@@ -220,13 +220,14 @@ TEST(GrpoLoss, WeightsAndTruncation) {
   GrpoLossConfig c;
   c.loss_type = LossType::grpo;
   c.epsilon_high = 0.28f;
-  // weights [0.5, 1, 2]: seq0 mean (0.5·-1.1051709181 - 0.6065306597)/2 = -0.5795580943,
-  // seq1 2·0.5 = 1; mean = 0.2102209703.
+  // weights [0.5, 1, 2]; a token of weight w counts w times in its sequence's mean:
+  // seq0 (0.5·-1.1051709181 - 0.6065306597)/(0.5 + 1) = -0.7727441261, seq1 2·0.5/2 = 0.5;
+  // mean = -0.1363720396.
   lc.w = {0.5f, 1.f, 2.f};
   auto o = run(c, lc);
-  EXPECT_NEAR(o.loss, 0.2102209703, 1e-6);
-  EXPECT_NEAR(o.dlogp[0], 0.5 * -1.1051709181 / 4, 1e-6);
-  EXPECT_NEAR(o.dlogp[2], 2 * 0.5 / 2, 1e-6);
+  EXPECT_NEAR(o.loss, -0.1363720396, 1e-6);
+  EXPECT_NEAR(o.dlogp[0], 0.5 * -1.1051709181 / 1.5 / 2, 1e-6);
+  EXPECT_NEAR(o.dlogp[2], 2 * 0.5 / 2 / 2, 1e-6);
   // Truncated seq0 with mask_truncated_completions: it counts as a sequence with no tokens.
   lc.w.clear();
   lc.trunc = {1, 0};
@@ -235,6 +236,43 @@ TEST(GrpoLoss, WeightsAndTruncation) {
   EXPECT_NEAR(o.loss, 0.25, 1e-7);  // (0 + 0.5) / 2
   EXPECT_EQ(o.dlogp[0], 0.f);
   EXPECT_EQ(o.metrics.n_tokens, 1);
+}
+
+// Per-token loss weights w_t in every normalisation: the numerator takes w_t·term_t and the
+// token counts become Σ m_t·w_t (hand_case's pg terms, weights [0.5, 1, 2]; decimals from
+// Python's math module).
+TEST(GrpoLoss, WeightedTokenMeans) {
+  LossCase lc = hand_case();
+  lc.w = {0.5f, 1.f, 2.f};
+  GrpoLossConfig c;
+  c.epsilon_high = 0.28f;
+  // numerator Σ w·pg = 0.5·-1.1051709181 - 0.6065306597 + 2·0.5 = -0.1591161188; Σ w = 3.5.
+  c.loss_type = LossType::bnpo;
+  auto o = run(c, lc);
+  EXPECT_NEAR(o.loss, -0.0454617482, 1e-6);
+  EXPECT_NEAR(o.dlogp[0], -0.1578815597, 1e-6);
+  EXPECT_NEAR(o.dlogp[2], 0.2857142857, 1e-6);
+  EXPECT_EQ(o.metrics.n_tokens, 3);  // metrics stay unweighted token counts
+  // dapo without a global count: the same weighted mean over this micro-batch.
+  c.loss_type = LossType::dapo;
+  o = run(c, lc);
+  EXPECT_NEAR(o.loss, -0.0454617482, 1e-6);
+  // dr_grpo divides by a constant (S·L = 8): weights enter only the numerator.
+  c.loss_type = LossType::dr_grpo;
+  c.max_completion_length = 4;
+  o = run(c, lc);
+  EXPECT_NEAR(o.loss, -0.1591161188 / 8, 1e-6);
+  EXPECT_NEAR(o.dlogp[1], -0.0758163325, 1e-6);
+  // With a mask [1, 0, 1] the masked token's weight leaves the count: (0.5·p0 + 2·p2) / 2.5.
+  c.loss_type = LossType::bnpo;
+  lc.mask = {1.f, 0.f, 1.f};
+  o = run(c, lc);
+  EXPECT_NEAR(o.loss, 0.1789658164, 1e-6);
+  EXPECT_EQ(o.dlogp[1], 0.f);
+  // All-ones weights are the unweighted loss.
+  lc.mask.clear();
+  lc.w = {1.f, 1.f, 1.f};
+  EXPECT_NEAR(run(c, lc).loss, -0.4039005259, 1e-6);
 }
 
 TEST(GrpoLoss, GradientMatchesFiniteDifferences) {

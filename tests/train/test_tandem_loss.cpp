@@ -53,7 +53,6 @@ TEST(TandemLoss, MaskToWeightsMatchesTheForkReference) {
     cfg.epsilon_high = k.at("eps_high").get<float>();
     cfg.mask_truncated_completions = k.at("mask_truncated").get<bool>();
     cfg.max_completion_length = k.at("max_completion_length").get<int>();
-    cfg.weights_in_denominator = true;
     std::vector<int32_t> off = {0};
     for (auto& n : c.at("lens")) off.push_back(off.back() + n.get<int32_t>());
     const auto logp = floats(c, "logp"), old = floats(c, "old_logp"), ref = floats(c, "ref_logp"),
@@ -90,8 +89,8 @@ TEST(TandemLoss, MaskToWeightsMatchesTheForkReference) {
 TEST(TandemLoss, WeightsFromTheModelMask) {
   EXPECT_EQ(tandem_loss_weights({1, 0, 0, 1}, 0.2f), (std::vector<float>{1.f, 0.2f, 0.2f, 1.f}));
   EXPECT_TRUE(tandem_loss_weights({}, 0.2f).empty());
-  // Without weights_in_denominator the count stays unweighted: a dapo batch of one
-  // partner token (weight 0.2) and one trained token normalises by 2, with it by 1.2.
+  // The loss always counts weighted tokens in its denominators: a dapo batch of one
+  // partner token (weight 0.2) and one trained token normalises by 1.2, not 2.
   GrpoLossConfig cfg;
   cfg.loss_type = LossType::dapo;
   const std::vector<int32_t> off = {0, 2};
@@ -101,11 +100,8 @@ TEST(TandemLoss, WeightsFromTheModelMask) {
   in.logp = logp;
   in.advantages = adv;
   in.weights = w;
-  const double plain = grpo_loss(cfg, in, GrpoLossNorm{}).loss;
-  cfg.weights_in_denominator = true;
   const double weighted = grpo_loss(cfg, in, GrpoLossNorm{}).loss;
   // On-policy the surrogate is −A per token: Σ w·(−1) / denominator.
-  EXPECT_NEAR(plain, -1.2 / 2.0, 1e-6);
   EXPECT_NEAR(weighted, -1.2 / 1.2, 1e-6);
 }
 
@@ -122,7 +118,6 @@ TEST(TandemLoss, WeightedStepIsTheSameForAnyMicroBatching) {
       GrpoStepOptions so;
       so.loss.loss_type = lt;
       so.loss.epsilon_high = lt == LossType::cispo ? 5.f : 0.28f;
-      so.loss.weights_in_denominator = true;
       so.micro.max_tokens = k == 0 ? 1000 : 9;
       std::mt19937 rng(5);
       std::uniform_int_distribution<int> tok(0, c.vocab_size - 1);
@@ -204,7 +199,6 @@ void run_e2e(const std::string& arch) {
     cfg.epsilon_high = c.at("eps_high").get<float>();
     cfg.mask_truncated_completions = c.at("mask_truncated").get<bool>();
     cfg.max_completion_length = B.at("max_completion_length").get<int>();
-    cfg.weights_in_denominator = true;
     const std::vector<float> wts = tandem_loss_weights(model_mask, c.at("partner_weight").get<float>());
     train_model_forward(ctx, m, w, b, lp_t, nullptr, true);
     const std::vector<float> logp = tensor_to_f32(lp_t);

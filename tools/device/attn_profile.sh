@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Decode attention deep-dive with Nsight Compute (session 5):
+# Decode attention deep-dive with Nsight Compute:
 #   1. per-kernel time summary of three eager decode steps of the nano-vllm workload (PRESET, default qwen3-0.6b)
 #   2. full sections (SOL, memory, warp stalls, occupancy) of three attn_paged_kernel launches
 #      at the GRPO shape and at the nano-vllm workload.

@@ -143,10 +143,11 @@ def grpo_loss(torch, logp, inp, cfg):
         per sequence (sequence_*; geometric mean: exp(mean_t)); *_truncate: min(w, cap);
         *_mask: w > cap -> 0; surrogate *= w (detached)
     kl = exp(ref - logp) - (ref - logp) - 1;  term = surrogate + beta * kl;  term *= weight
-    grpo:    mean_s(sum_t term*m / max(1, sum_t m)) / n_micro
-    bnpo:    sum term*m / max(1, sum m) / n_micro
+    token counts are weighted (wm = m * weight; = m without weights):
+    grpo:    mean_s(sum_t term*m / max(1, sum_t wm)) / n_micro
+    bnpo:    sum term*m / max(1, sum wm) / n_micro
     dr_grpo: sum term*m / (B * max_completion_length) / n_micro
-    dapo:    sum term*m / num_items (completion tokens of the whole generation batch)
+    dapo:    sum term*m / num_items (sum wm over the whole generation batch)
     """
     mask = inp["mask"].clone()
     if cfg["mask_truncated"]:
@@ -178,16 +179,17 @@ def grpo_loss(torch, logp, inp, cfg):
         term = term + cfg["beta"] * kl
     if cfg["use_weights"]:
         term = term * inp["weights"]
+    wm = mask * inp["weights"] if cfg["use_weights"] else mask
     B = logp.shape[0]
     lt, k = cfg["loss_type"], cfg["n_micro"]
     if lt == "grpo":
-        loss = ((term * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / k
+        loss = ((term * mask).sum(-1) / wm.sum(-1).clamp(min=1.0)).mean() / k
     elif lt == "bnpo":
-        loss = (term * mask).sum() / mask.sum().clamp(min=1.0) / k
+        loss = (term * mask).sum() / wm.sum().clamp(min=1.0) / k
     elif lt == "dr_grpo":
         loss = (term * mask).sum() / (B * MAX_COMPLETION) / k
     elif lt == "dapo":
-        n = cfg["dapo_num_items"] if cfg["dapo_num_items"] is not None else float(mask.sum())
+        n = cfg["dapo_num_items"] if cfg["dapo_num_items"] is not None else float(wm.sum())
         loss = (term * mask).sum() / n
     else:
         raise ValueError(lt)
@@ -290,7 +292,8 @@ def make_one(name, model_type, extra, full, out_dir, seed):
         inp["adv_" + m] = a
 
     flt = lambda x: [r8(v) for v in x.tolist()]  # noqa: E731
-    res = {"format": FORMAT, "version": VERSION, "arch": name, "model_type": model_type,
+    # weights_in_counts: per-token weights enter the token-mean counts (fixtures without it predate that).
+    res = {"format": FORMAT, "version": VERSION, "weights_in_counts": True, "arch": name, "model_type": model_type,
            "torch_version": torch.__version__, "transformers_version": transformers.__version__,
            "batch": {"prompts": [p.tolist() for p in prompts], "completions": [c.tolist() for c in comps],
                      "truncated": TRUNCATED, "rewards": REWARDS, "group_size": GROUP,

@@ -17,7 +17,7 @@ Writes tests/fixtures/grpo/loss_formulas.json:
 One case per (loss_type, importance_sampling_level, IS mode) plus variations
 (β > 0, mask_truncated_completions, a partial completion mask, per-token loss
 weights -- grpo.cpp's extension, a multiplier on the per-token loss after the
-KL term). Inputs are rounded to float32 so that the C++ side reads the very
+KL term that also weights the grpo/bnpo token counts). Inputs are rounded to float32 so that the C++ side reads the very
 numbers used here.
 """
 import argparse
@@ -198,18 +198,23 @@ def trl_loss(cfg, case):
             s = s + per_token_loss[b][t] * mask[b][t]
         return s
 
+    # Token means count a token of weight w as w tokens (grpo.cpp's extension; with
+    # unit weights these are TRL's counts).
+    def wcount(b):
+        return sum(mask[b][t] * (weights[b][t] if weights else 1.0) for t in range(T))
+
     lt = cfg["loss_type"]
     if lt == "grpo":
         loss = D(0.0)
         for b in range(B):
-            loss = loss + masked_sum(b) / max(1.0, sum(mask[b]))
+            loss = loss + masked_sum(b) / max(1.0, wcount(b))
         loss = loss / B
     else:
         total = D(0.0)
         for b in range(B):
             total = total + masked_sum(b)
         if lt == "bnpo":
-            loss = total / max(1.0, sum(sum(r) for r in mask))
+            loss = total / max(1.0, sum(wcount(b) for b in range(B)))
         elif lt == "dr_grpo":
             loss = total / (B * cfg["max_completion_length"])
         else:  # dapo, cispo

@@ -9,7 +9,7 @@ trained model, 0 = by the frozen partner; drawn from a seeded generator, one com
 all partner), and evaluates the loss the llm-tandem-verl fork optimises: per-token
 weights w = m + (1 - m) * partner_weight multiply verl's response mask, so they enter
 both the masked sum and the token-count denominators:
-  grpo    mean_s( sum_t term*a / sum_t a )          (a = completion mask * w; 0 counts as 1)
+  grpo    mean_s( sum_t term*a / sum_t a )          (a = completion mask * w; a count below 1 counts as 1)
   bnpo, dapo   sum term*a / sum a
   dr_grpo      sum term*a / (B * max_completion_length)
   term = -min(ratio*A, clamp(ratio, 1-eps, 1+eps_high)*A) + beta * k3 KL, ratio = exp(logp - old)
@@ -105,12 +105,12 @@ def make(arch, root, seed):
         den_s = torch.zeros(S).index_add(0, seq_of, a)
         lt = c["loss_type"]
         if lt == "grpo":
-            loss = (num_s / torch.where(den_s > 0, den_s, torch.ones_like(den_s))).mean()
+            loss = (num_s / torch.clamp(den_s, min=1.0)).mean()
         elif lt == "dr_grpo":
             loss = num_s.sum() / (S * L)
         else:
             den = den_s.sum()
-            loss = num_s.sum() / (den if float(den) > 0 else torch.tensor(1.0))
+            loss = num_s.sum() / torch.clamp(den, min=1.0)
         loss.backward()
         conf = dict(c, eps=EPS, eps_high=EPS_HIGH)
         res["cases"].append({"name": name, "config": conf, "loss": float(loss),

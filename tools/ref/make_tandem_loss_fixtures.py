@@ -9,7 +9,10 @@ aggregation:
   token-mean (dapo, bnpo, cispo):  sum(loss * a) / sum(a)
   seq-mean-token-mean (grpo):      mean_b [ sum_t(loss * a) / sum_t(a) ]
   seq-mean-token-sum-norm (dr_grpo): sum(loss * a) / (B * max_completion_length)
-with a = completion_mask * w (a zero sum counts as 1: its numerator is 0 too).
+with a = completion_mask * w. A count below 1 counts as 1, grpo.cpp's rule for every
+weighted count (the fork's is "a zero sum counts as 1"; the two differ only when a
+sequence's or the batch's weighted count is in (0, 1), e.g. a short partner-only
+sequence, which case 0 of every loss type has).
 The per-token loss is the clipped surrogate (token-level ratio against stored
 old logprobs), or CISPO's detached clamp(ratio, max=eps_high) * A * logp, plus
 beta * k3 KL. Gradients come from the dual numbers of
@@ -61,7 +64,7 @@ def tandem_loss(cfg, case):
     if lt == "grpo":
         total = D(0.0)
         for b in range(B):
-            total = total + seq_num[b] / (seq_den[b] if seq_den[b] > 0 else 1.0)
+            total = total + seq_num[b] / max(1.0, seq_den[b])
         loss = total / B
     else:
         total = D(0.0)
@@ -71,7 +74,7 @@ def tandem_loss(cfg, case):
             loss = total / (B * cfg["max_completion_length"])
         else:
             den = sum(seq_den)
-            loss = total / (den if den > 0 else 1.0)
+            loss = total / max(1.0, den)
     return loss.v, [loss.g.get(i, 0.0) for i in range(offs[-1])]
 
 

@@ -13,7 +13,9 @@
 // elements per thread (16 or 32 bytes of each side). Everything else: the scalar
 // grid-stride kernels (one element per thread per step). Every output element depends
 // only on its own inputs, so the path and the grid never change a value.
+#include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/elementwise.h"
 
 namespace grpo::cuda {

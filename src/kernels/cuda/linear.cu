@@ -14,7 +14,12 @@
 #include <mutex>
 #include <tuple>
 
+#include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/env_switch.h"
+#include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/workspace.cuh"
 #include "kernels/cuda/linear_small_m.h"
 #include "kernels/cuda/linear_wgmma.h"
 #include "kernels/elementwise.h"
@@ -88,10 +93,7 @@ std::atomic<bool>& wgmma_flag() {
   return f;
 }
 
-bool wgmma_preferred(int64_t N) {
-  static const int64_t max_n = env_long("GRPO_WGMMA_MAX_N", int64_t(1) << 30, 1, int64_t(1) << 30);
-  return wgmma_flag().load(std::memory_order_relaxed) && N <= max_n;
-}
+bool wgmma_preferred() { return wgmma_flag().load(std::memory_order_relaxed); }
 
 std::atomic<bool>& fused_gate_flag() {
   static std::atomic<bool> f{!env_off("GRPO_FUSED_GATE_SWIGLU")};
@@ -201,8 +203,8 @@ void linear_forward(Context& ctx, Tensor& out, const Tensor& x, const Tensor& w,
       linear_small_m(ctx, out, x, w, bias, accumulate))
     return;
   // The wgmma + TMA kernel of linear_wgmma.cu for the other decode-sized bf16 products
-  // (GRPO_WGMMA_GEMM=0 turns it off; GRPO_WGMMA_MAX_N bounds N, for A/B runs).
-  if (out.dtype == DType::bf16 && M <= 64 && wgmma_preferred(N) && linear_wgmma(ctx, out, x, w, bias, accumulate))
+  // (GRPO_WGMMA_GEMM=0 turns it off, for A/B runs).
+  if (out.dtype == DType::bf16 && M <= 64 && wgmma_preferred() && linear_wgmma(ctx, out, x, w, bias, accumulate))
     return;
   gemm(ctx, out.data, out.dtype, N, x.data, K, false, w.data, K, true, x.dtype, M, N, K, 1.f,
        accumulate ? 1.f : 0.f, epi_bias);
@@ -235,7 +237,7 @@ void linear_swiglu_forward(Context& ctx, Tensor& act, Tensor& gate_up_scratch, c
   // plus F % 32 == 0; the alignment linear_wgmma requires of its `out` is checked here). The
   // gated heuristic keeps wgmma_gemm_config(N, K)'s split, so the bits are the same either way.
   const bool plain_uses_wgmma = x.dtype == DType::bf16 && M >= 1 && M <= 64 &&
-                                !(small_m_gemm_enabled() && small_m_preferred(M, N)) && wgmma_preferred(N) &&
+                                !(small_m_gemm_enabled() && small_m_preferred(M, N)) && wgmma_preferred() &&
                                 aligned16(gate_up_scratch.data);
   if (fused_gate_swiglu_enabled() && plain_uses_wgmma && linear_wgmma_swiglu(ctx, act, x, w_gate_up)) return;
   cuda::linear_forward(ctx, gate_up_scratch, x, w_gate_up, nullptr, false);

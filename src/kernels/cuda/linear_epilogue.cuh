@@ -5,7 +5,9 @@
 #pragma once
 #include <climits>
 
+#include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace grpo::cuda {
 

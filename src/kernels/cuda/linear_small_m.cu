@@ -44,6 +44,8 @@
 #include <cstring>
 
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/env_switch.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/linear_epilogue.cuh"
 #include "kernels/cuda/mma.cuh"
 

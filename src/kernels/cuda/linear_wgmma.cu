@@ -75,6 +75,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/linear_epilogue.cuh"
 #include "kernels/cuda/mma.cuh"
 
@@ -674,12 +675,6 @@ void run_tiles(Context& ctx, const CUtensorMap& tw, const CUtensorMap& tx, WgArg
   }
 }
 
-std::atomic<int>& forced_stages() {
-  // GRPO_WGMMA_STAGES (A/B runs): n in 2..16 replaces the default ring depth where it fits.
-  static std::atomic<int> v{int(env_long("GRPO_WGMMA_STAGES", 0, 2, kMaxStages))};
-  return v;
-}
-
 }  // namespace
 
 // Cost model (ns) over nt ∈ {64, 128, 256} × split ∈ {1, 2, 4, 8} (split <= chunks), at M = 64
@@ -736,8 +731,6 @@ WgmmaGemmConfig wgmma_gemm_config(int64_t N, int64_t K) {
       }
     }
   }
-  const int forced = forced_stages().load(std::memory_order_relaxed);
-  if (forced >= 2 && smem_bytes(best.nt, best.split, forced) <= kMaxDynSmem) best.stages = forced;
   return best;
 }
 
@@ -792,8 +785,6 @@ WgmmaGemmConfig wgmma_gated_config(int64_t F, int64_t K) {
   }
   if (stages == 0) {
     stages = grid_stages(2 * h, p.split, ceil_div(K, kKC), F / h);
-    const int forced = forced_stages().load(std::memory_order_relaxed);
-    if (forced >= 2 && smem_bytes(2 * h, p.split, forced) <= kMaxDynSmem) stages = forced;
   }
   return WgmmaGemmConfig{h, p.split, stages};
 }

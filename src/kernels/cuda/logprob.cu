@@ -8,7 +8,12 @@
 // dw_chunk += daᵀ·h_tile. Chunk boundaries are fixed (kVocab), so a row's result does not
 // depend on which other rows are in the batch, apart from the GEMM itself.
 // Targets outside [0, V) contribute no z_t (logp = −lse), as on the CPU.
+#include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/reduce.cuh"
+#include "kernels/cuda/workspace.cuh"
 #include "kernels/logprob.h"
 
 namespace grpo::cuda {

@@ -25,7 +25,11 @@
 // depends only on C, the dtype and pointer alignment, never on N, and each row is reduced
 // by one warp or one block alone, so a row's y, rstd and dx do not depend on the other rows
 // in the launch. out may alias x: every element is read, then written, by the same thread.
+#include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/reduce.cuh"
+#include "kernels/cuda/workspace.cuh"
 #include "kernels/norm.h"
 
 #include <algorithm>

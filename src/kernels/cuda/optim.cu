@@ -6,7 +6,11 @@
 // sum_squares: fixed 64K-element chunks, each summed in f64 by one block with a fixed
 // tree; a second kernel adds the chunk sums in order. The result depends only on the
 // data, not on the device or launch configuration.
+#include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/reduce.cuh"
+#include "kernels/cuda/workspace.cuh"
 #include "kernels/optim.h"
 
 #include <cmath>

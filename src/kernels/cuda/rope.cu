@@ -25,7 +25,11 @@
 // cache row converted by kv_cache_write.
 #include <type_traits>
 
+#include "kernels/cuda/convert.cuh"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/reduce.cuh"
+#include "kernels/cuda/workspace.cuh"
 #include "kernels/cuda/fp8.cuh"
 #include "kernels/elementwise.h"
 #include "kernels/norm.h"

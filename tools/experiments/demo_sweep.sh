@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Hyperparameter sweep of the embedded default (examples/default.toml) on the GPU, where
 # one 60-step run takes ~2 s in f32 with the same curve as the CPU. Prints the eval curve
-# of each variant. Usage: bash tools/device/demo_sweep.sh [VARIANTS_FILE]  (binary: build-static/grpo)
+# of each variant. Usage: bash tools/experiments/demo_sweep.sh [VARIANTS_FILE]  (binary: build-static/grpo)
 set -uo pipefail
 B=${BUILD:-build-static}
 [ -f .carry/bin.tar.xz ] && tar xJf .carry/bin.tar.xz

@@ -8,7 +8,7 @@
 //   (b) the same without PDL,
 //   (c) one persistent kernel per step, phases separated by a grid barrier, each
 //       phase's weights requested before the barrier that precedes it.
-// Build: nvcc -O3 -std=c++17 -arch=sm_90a -o persist_probe tools/device/persist_probe.cu
+// Build: nvcc -O3 -std=c++17 -arch=sm_90a -o persist_probe tools/experiments/persist_probe.cu
 #include <cuda_runtime.h>
 
 #include <cstdio>

@@ -1,0 +1,72 @@
+// Resolved options of the rollout engine, read by the Engine, its Scheduler
+// and its ModelRunner (one struct, no field-by-field copies). Users configure
+// the engine through engine/engine_config.h, which builds these.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/enum_table.h"
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace grpo {
+
+// Element type of the KV cache (vLLM's kv_cache_dtype): automatic ("auto") = the
+// model's dtype; fp8_e4m3 ("fp8", "fp8_e4m3") = OCP FP8 E4M3, one byte per element,
+// K/V rounded to nearest even on write with scale 1.0 (values beyond ±448 saturate).
+// Halves (bf16) or quarters (f32) the KV memory and reads; needs head_dim % 16 == 0.
+enum class KvCacheDtype { automatic, fp8_e4m3 };
+std::span<const EnumName<KvCacheDtype>> kv_cache_dtype_names();  // auto, fp8, fp8_e4m3
+
+// Speculative decoding (engine/speculative.h): off, a draft model, or n-gram prompt lookup.
+enum class SpecMethod { off, draft, ngram };
+std::span<const EnumName<SpecMethod>> spec_method_names();  // off, draft, ngram
+
+// Resolved [engine.speculative] settings (engine/engine_config.h's SpeculativeConfig builds them).
+struct SpeculativeOptions {
+  SpecMethod method = SpecMethod::off;
+  std::string draft_model;         // HF directory of the draft (method draft; the caller loads it and
+                                   // checks it is set; the engine takes the weights)
+  int num_speculative_tokens = 4;  // k: drafts per step at most
+  int ngram_min = 1, ngram_max = 4;  // prompt-lookup suffix lengths tried (longest first)
+  bool adaptive = true;            // lower k / stop drafting when the cost model predicts a loss
+  int probe_every = 32;            // adaptive: steps between probe steps while drafting is off
+  // Errors name "<prefix><key>".
+  Status validate(const std::string& prefix = "engine.speculative.") const;
+  bool enabled() const { return method != SpecMethod::off; }
+};
+
+// Resolved engine settings (engine/engine_config.h builds them from the user's
+// [engine] section). The scheduler and the model runner read this one struct.
+struct EngineOptions {
+  int block_size = 16;
+  size_t kv_cache_bytes = size_t(256) << 20;  // memory budget of the KV pool
+  int n_kv_blocks = 0;                         // > 0: use exactly this many blocks instead
+  int max_num_seqs = 64;
+  int max_num_batched_tokens = 2048;
+  int max_model_len = 0;                       // 0: the model's max_position_embeddings
+  bool enable_prefix_caching = true;
+  bool enable_chunked_prefill = true;
+  bool use_cuda_graphs = false;                // capture decode steps (CUDA only)
+  int cuda_graph_max_context = 0;              // graphs serve contexts up to this (0: min(max_model_len, 2048))
+  std::vector<int> cuda_graph_batch_sizes;     // empty: 1, 2, 4, 8, then multiples of 8 up to max_num_seqs
+  uint64_t seed = 0;                           // keys of requests without a seed
+  std::vector<int> eos_token_ids;              // empty: the tokenizer's, else config.json's
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::automatic;
+  SpeculativeOptions speculative;              // [engine.speculative] (engine/speculative.h)
+  Status validate() const;
+};
+
+// What the engine derives from the options and the model before building its
+// parts: KV blocks in the pool, context length and KV element type.
+struct EngineGeometry {
+  int n_blocks = 0;        // > 0
+  int max_model_len = 0;   // > 0
+  DType kv_dtype = DType::f32;  // the weights' dtype, or f8e4m3 (head_dim % 16 == 0)
+  int max_logit_rows = 0;  // logits rows per step at most (0: max_num_seqs; speculative verify needs more)
+};
+
+}  // namespace grpo

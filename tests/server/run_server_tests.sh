@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Starts `grpo serve` on the tiny demo model (models/arith-tiny, given a chat
+# template that renders each message as its content plus "\n"), once open and
+# once with --api-key, and runs the real-client tests against it: the OpenAI
+# Node client (tests/server/clients/openai_client.test.mjs), Python requests on
+# /generate, /tokenize, /detokenize (tests/server/clients/test_generate.py) and
+# the fuzz test (tests/server/fuzz_server.py). The servers are stopped on every
+# exit path. Exits non-zero if any part fails.
+#
+# Usage: tests/server/run_server_tests.sh BUILD_DIR [--device cpu|cuda]
+# Needs node, the npm packages of tests/server/clients (npm ci there) and a
+# python3 with `requests`; scripts/setup.sh installs all three.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+if [ $# -lt 1 ]; then
+  echo "usage: $0 BUILD_DIR [--device cpu|cuda]" >&2
+  exit 2
+fi
+BUILD="$(cd "$1" && pwd)"
+shift
+DEVICE=cpu
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --device) DEVICE="${2:?--device needs cpu or cuda}"; shift 2 ;;
+    *) echo "$0: unknown argument '$1' (expected --device cpu|cuda)" >&2; exit 2 ;;
+  esac
+done
+GRPO="$BUILD/grpo"
+CLIENTS="$ROOT/tests/server/clients"
+[ -x "$GRPO" ] || { echo "$0: $GRPO not found; build it first (cmake --build $BUILD --target grpo)" >&2; exit 2; }
+GRPO_HELP="$("$GRPO" --help 2>/dev/null || true)"
+grep -qE "^ +serve " <<<"$GRPO_HELP" ||
+  { echo "$0: $GRPO has no 'serve' subcommand; this test needs the server (src/server, grpo serve)" >&2; exit 2; }
+command -v node >/dev/null || { echo "$0: node is not installed; run scripts/setup.sh (installs Debian's nodejs)" >&2; exit 2; }
+[ -f "$CLIENTS/node_modules/openai/package.json" ] ||
+  { echo "$0: the npm package 'openai' is missing; run scripts/setup.sh or (cd tests/server/clients && npm ci)" >&2; exit 2; }
+PY=""
+for p in ${PYTHON:-} /usr/bin/python3 python3; do
+  if command -v "$p" >/dev/null && "$p" -c "import requests" 2>/dev/null; then PY="$p"; break; fi
+done
+[ -n "$PY" ] || { echo "$0: no python3 with 'requests'; run scripts/setup.sh (installs Debian's python3-requests)" >&2; exit 2; }
+
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/grpo-serve-tests.XXXXXX")"
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    kill -KILL "$pid" 2>/dev/null || true
+  done
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# The demo model ships without a chat template; the chat tests need one whose
+# rendering is known, so the served copy links the weights and adds it.
+MODEL="$TMP/arith-tiny-chat"
+mkdir "$MODEL"
+for f in config.json model.safetensors tokenizer.json; do ln -s "$ROOT/models/arith-tiny/$f" "$MODEL/$f"; done
+"$PY" - "$ROOT/models/arith-tiny/tokenizer_config.json" "$MODEL/tokenizer_config.json" <<'EOF'
+import json, sys
+cfg = json.load(open(sys.argv[1]))
+cfg["chat_template"] = "{% for message in messages %}{{ message['content'] }}{{ '\n' }}{% endfor %}"
+json.dump(cfg, open(sys.argv[2], "w"), indent=1)
+EOF
+
+MAX_BODY=65536
+# start_server LOG ARGS...: starts the server and waits for its "listening
+# on" line; sets SERVER_URL and SERVER_PID (no subshell, so PIDS keeps it).
+start_server() {
+  local log="$1"; shift
+  "$GRPO" serve --model "$MODEL" --device "$DEVICE" --host 127.0.0.1 --port 0 --max-body-bytes "$MAX_BODY" \
+    --max-prompt-tokens 512 --max-tokens-limit 64 --max-n 8 --max-queued-requests 256 --read-timeout 3 "$@" 2>"$log" >/dev/null &
+  SERVER_PID=$!
+  PIDS+=("$SERVER_PID")
+  local url=""
+  for _ in $(seq 300); do
+    url="$(sed -n 's|.*grpo serve: listening on \(http://[^ ]*\).*|\1|p' "$log" | head -n1)"
+    [ -n "$url" ] && break
+    kill -0 "$SERVER_PID" 2>/dev/null || { echo "grpo serve exited before listening:" >&2; cat "$log" >&2; return 1; }
+    sleep 0.2
+  done
+  [ -n "$url" ] || { echo "grpo serve did not print 'listening on' within 60 s:" >&2; cat "$log" >&2; return 1; }
+  SERVER_URL="$url"
+}
+
+start_server "$TMP/serve.log"
+URL="$SERVER_URL" MAIN_PID=$SERVER_PID
+KEY="grpo-test-key-$$"
+start_server "$TMP/serve-auth.log" --api-key "$KEY"
+AUTH_URL="$SERVER_URL"
+echo "grpo serve ($DEVICE): $URL, with --api-key: $AUTH_URL"
+export GRPO_SERVE_URL="$URL" GRPO_SERVE_MODEL_DIR="$MODEL" GRPO_SERVE_AUTH_URL="$AUTH_URL" GRPO_SERVE_AUTH_KEY="$KEY"
+
+failed=()
+run_part() {
+  local name="$1"; shift
+  local t0=$SECONDS
+  echo "=== $name"
+  if "$@"; then echo "=== $name: passed ($((SECONDS - t0)) s)"; else echo "=== $name: FAILED ($((SECONDS - t0)) s)"; failed+=("$name"); fi
+}
+run_part "python requests: /generate /tokenize /detokenize" \
+  bash -c 'cd "$1" && "$2" -m unittest -v test_generate' _ "$CLIENTS" "$PY"
+run_part "node openai client" bash -c 'cd "$1" && node --test openai_client.test.mjs' _ "$CLIENTS"
+run_part "fuzz" "$PY" "$ROOT/tests/server/fuzz_server.py" --url "$URL" --server-pid "$MAIN_PID" \
+  --max-body-bytes "$MAX_BODY" --kv-metric grpo_kv_blocks_free --count 1000 --time-limit 150
+
+# SIGTERM must drain and exit cleanly.
+kill -TERM "$MAIN_PID"
+rc=0
+for _ in $(seq 100); do kill -0 "$MAIN_PID" 2>/dev/null || break; sleep 0.2; done
+if kill -0 "$MAIN_PID" 2>/dev/null; then
+  echo "=== SIGTERM: the server did not exit within 20 s"; failed+=("SIGTERM")
+else
+  wait "$MAIN_PID" || rc=$?
+  if [ "$rc" -ne 0 ]; then echo "=== SIGTERM: the server exited with status $rc"; failed+=("SIGTERM"); fi
+fi
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "server log (last 40 lines):"; tail -n 40 "$TMP/serve.log"
+  echo "FAILED: ${failed[*]}"
+  exit 1
+fi
+echo "all server client tests passed"
