@@ -122,11 +122,13 @@ int run(const Args& a) {
   if (!prompt.ok()) return cli::fail(cmd, prompt.status().message());
 
   if (Status fs = cli::engine_flags_validate(a.engine); !fs.ok()) return cli::fail(cmd, fs.message());
+  auto draft = cli::engine_flags_load_draft(a.engine, w.value().config, ctx, dt);
+  if (!draft.ok()) return cli::fail(cmd, draft.status().message());
   MemoryUse mem;
   if (co.device == Device::cuda) {
     size_t used = 0;
     device_memory_in_use(&used, &mem.total);
-    mem.weights = w.value().arena.nbytes();
+    mem.weights = w.value().arena.nbytes() + (draft.value() ? draft.value()->arena.nbytes() : 0);
     mem.other = used > mem.weights ? used - mem.weights : 0;
   }
   auto eo_r = engine_options_from_config(a.engine, co.device, w.value().config, dt, mem, kDefaultMaxNumSeqs);
@@ -150,7 +152,7 @@ int run(const Args& a) {
   Status ps = p.validate(w.value().config.vocab_size);
   if (!ps.ok()) return cli::fail(cmd, ps.message());
 
-  Engine eng(ctx, w.value(), tok.get(), eo);
+  Engine eng(ctx, w.value(), tok.get(), eo, nullptr, draft.value().get());
   const double t0 = now_seconds();
   auto out = eng.generate({prompt.value()}, p);
   if (!out.ok()) return cli::fail(cmd, out.status().message());
@@ -179,6 +181,13 @@ int run(const Args& a) {
               prompt.value().size(), (long long)n_gen, dt_s, dt_s > 0 ? double(n_gen) / dt_s : 0.0, ttft * 1e3,
               (long long)eng.stats().prefix_hit_tokens, eng.n_kv_blocks(), eo.block_size, device_name(co.device),
               dtype_name(dt), dtype_name(eng.kv_cache_dtype()));
+  if (eo.speculative.enabled())
+    std::printf("[generate] speculative %s: %lld drafts proposed, %lld accepted (%.1f%%), %lld engine steps\n",
+                spec_method_name(eo.speculative.method), (long long)eng.stats().spec_proposed,
+                (long long)eng.stats().spec_accepted,
+                eng.stats().spec_proposed ? 100.0 * double(eng.stats().spec_accepted) / double(eng.stats().spec_proposed)
+                                          : 0.0,
+                (long long)eng.stats().steps);
   return 0;
 }
 

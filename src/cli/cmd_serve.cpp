@@ -79,11 +79,13 @@ int run(const Args& a) {
   // Sequences served at once by default: vLLM's max_num_seqs default.
   constexpr int kServeMaxNumSeqs = 256;
   if (Status fs = cli::engine_flags_validate(a.engine); !fs.ok()) return cli::fail(cmd, fs.message());
+  auto draft = cli::engine_flags_load_draft(a.engine, w.value().config, ctx, dt);
+  if (!draft.ok()) return cli::fail(cmd, draft.status().message());
   MemoryUse mem;
   if (co.device == Device::cuda) {
     size_t used = 0;
     device_memory_in_use(&used, &mem.total);
-    mem.weights = w.value().arena.nbytes();
+    mem.weights = w.value().arena.nbytes() + (draft.value() ? draft.value()->arena.nbytes() : 0);
     mem.other = used > mem.weights ? used - mem.weights : 0;
   }
   auto eo_r = engine_options_from_config(a.engine, co.device, w.value().config, dt, mem, kServeMaxNumSeqs);
@@ -91,7 +93,7 @@ int run(const Args& a) {
   EngineOptions eo = eo_r.value();
   eo.seed = a.seed;
 
-  Engine eng(ctx, w.value(), tok.get(), eo);
+  Engine eng(ctx, w.value(), tok.get(), eo, nullptr, draft.value().get());
   EngineService svc(eng, ServiceOptions{so.max_queued_requests});
   HttpServer http(svc, tok.get(), so);
   std::signal(SIGTERM, on_stop_signal);

@@ -1,7 +1,10 @@
 // Engine flags of the engine-running subcommands (see engine_flags.h).
 #include "cli/engine_flags.h"
 
+#include <cstring>
 #include <string>
+
+#include "engine/speculative.h"
 
 namespace grpo::cli {
 
@@ -54,18 +57,53 @@ void add_engine_flags(CLI::App* app, EngineConfig* c) {
   app->add_option("--kv-cache-mib", c->kv_cache_mib,
                   "KV cache budget in MiB (0 = from --gpu-memory-utilization on CUDA, 256 on the CPU)")
       ->capture_default_str()->group(g);
+  const std::string gs = "Speculative decoding";
+  SpeculativeConfig* sp = &c->speculative;
+  add_enum(app, "--spec", &sp->method, spec_method_names(),
+           "Speculative decoding: off, draft (a draft model, --draft-model) or ngram (prompt lookup)")
+      ->group(gs);
+  app->add_option("--draft-model", sp->draft_model, "Draft model directory (same vocabulary as the model)")->group(gs);
+  app->add_option("--num-speculative-tokens,--k", sp->num_speculative_tokens, "Draft tokens per step at most")
+      ->capture_default_str()->group(gs);
+  app->add_option("--ngram-min", sp->ngram_min, "Prompt lookup: shortest suffix matched")->capture_default_str()->group(gs);
+  app->add_option("--ngram-max", sp->ngram_max, "Prompt lookup: longest suffix matched")->capture_default_str()->group(gs);
+  app->add_flag("!--no-adaptive-spec", sp->adaptive, "Always draft k tokens (no cost model)")->group(gs);
+  app->add_option("--spec-probe-every", sp->probe_every,
+                  "Adaptive: steps between probe steps while drafting is off")
+      ->capture_default_str()->group(gs);
 }
 
 Status engine_flags_validate(const EngineConfig& c) {
   Status s = c.validate("");
   if (s.ok()) return s;
-  // "block_size = 0: ..." -> "--block-size = 0: ..."
+  // "block_size = 0: ..." -> "--block-size = 0: ..."; [engine.speculative] keys have their own flags.
+  static const std::pair<const char*, const char*> kSpecFlags[] = {
+      {"speculative.method", "spec"},
+      {"speculative.draft_model", "draft-model"},
+      {"speculative.num_speculative_tokens", "num-speculative-tokens"},
+      {"speculative.ngram_min", "ngram-min"},
+      {"speculative.ngram_max", "ngram-max"},
+      {"speculative.adaptive", "no-adaptive-spec"},
+      {"speculative.probe_every", "spec-probe-every"}};
   std::string m = s.message();
+  // Message text may name other keys too ("... but speculative.method = ..."): rename those first.
+  for (const auto& [key, flag] : kSpecFlags)
+    for (size_t at = m.find(key); at != std::string::npos; at = m.find(key, at + 2))
+      m.replace(at, std::strlen(key), std::string("--") + flag);
+  if (m.rfind("--", 0) == 0) return error_status(m);
   const size_t eq = m.find(' ');
   std::string key = m.substr(0, eq);
   for (char& ch : key)
     if (ch == '_') ch = '-';
   return error_status("--" + key + m.substr(eq));
+}
+
+Result<std::unique_ptr<ModelWeights>> engine_flags_load_draft(const EngineConfig& cfg, const ModelConfig& target,
+                                                              Context& ctx, DType dt) {
+  const int ctx_len = cfg.max_model_len > 0 ? int(cfg.max_model_len) : target.max_position_embeddings;
+  auto d = spec_load_draft(cfg.speculative.options(), target, ctx_len, ctx, dt);
+  if (!d.ok()) return error_status("--draft-model: " + d.status().message());
+  return d;
 }
 
 }  // namespace grpo::cli

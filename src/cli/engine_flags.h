@@ -1,11 +1,17 @@
 // The engine flags shared by the subcommands that run the rollout engine
 // (`grpo generate`, `grpo serve`): one CLI11 option per EngineConfig field
 // (engine/engine_config.h), with the same names as the [engine] config keys
-// (block_size -> --block-size) and the same allowed lists.
+// (block_size -> --block-size) and the same allowed lists. [engine.speculative]
+// has shorter flags: --spec (method), --draft-model, --num-speculative-tokens (--k),
+// --ngram-min, --ngram-max, --no-adaptive-spec, --spec-probe-every.
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include <memory>
+
+#include "core/context.h"
 #include "engine/engine_config.h"
+#include "model/weights.h"
 
 namespace grpo::cli {
 
@@ -13,7 +19,13 @@ namespace grpo::cli {
 // Defaults are cfg's values at the call. Call engine_flags_validate after parsing.
 void add_engine_flags(CLI::App* app, EngineConfig* cfg);
 
-// cfg.validate() with flag names instead of config keys ("--block-size = 0: ...").
+// cfg.validate() with flag names instead of config keys ("--block-size = 0: ...",
+// "--num-speculative-tokens = 0: ...").
 Status engine_flags_validate(const EngineConfig& cfg);
+
+// The draft model of --spec draft (nullptr for the other methods), loaded on ctx's
+// device in dtype dt and checked against the target (engine/speculative.h).
+Result<std::unique_ptr<ModelWeights>> engine_flags_load_draft(const EngineConfig& cfg, const ModelConfig& target,
+                                                              Context& ctx, DType dt);
 
 }  // namespace grpo::cli

@@ -116,11 +116,23 @@ bool BlockManager::can_append(const BlockTable& table, int n_target) const {
   return blocks_for(n_target) - int(table.blocks.size()) <= n_free();
 }
 
-void BlockManager::append(BlockTable& table, std::span<const int32_t> tokens, int n_target) {
+void BlockManager::append(BlockTable& table, std::span<const int32_t> tokens, int n_target, int n_register) {
   GRPO_CHECK(n_target <= int(tokens.size()));
   GRPO_CHECK_MSG(can_append(table, n_target), "append: not enough free blocks (call can_append first)");
   while (int(table.blocks.size()) < blocks_for(n_target)) table.blocks.push_back(take_fresh());
-  register_full_blocks(table, tokens, n_target);
+  register_full_blocks(table, tokens, n_register >= 0 ? std::min(n_register, n_target) : n_target);
+}
+
+void BlockManager::truncate(BlockTable& table, int n_tokens) {
+  const size_t keep = size_t(blocks_for(n_tokens));
+  GRPO_CHECK_MSG(int(keep) >= table.n_hashed, "truncate: would drop a registered (committed) block");
+  while (table.blocks.size() > keep) {
+    const int32_t b = table.blocks.back();
+    table.blocks.pop_back();
+    BlockInfo& bi = info_[size_t(b)];
+    GRPO_CHECK(bi.ref > 0 && !bi.registered);
+    if (--bi.ref == 0) free_.push_back(b);
+  }
 }
 
 void BlockManager::register_full_blocks(BlockTable& table, std::span<const int32_t> tokens, int n_target) {

@@ -60,8 +60,13 @@ class BlockManager {
 
   // Grows an allocated table to cover n_target tokens (decode: one more token;
   // chunked prefill: the next chunk). tokens holds at least n_target ids.
+  // n_register >= 0 caps the registered full blocks to the first n_register tokens
+  // (speculative tokens appended for verification are not committed and must never be hashed).
   bool can_append(const BlockTable& table, int n_target) const;
-  void append(BlockTable& table, std::span<const int32_t> tokens, int n_target);
+  void append(BlockTable& table, std::span<const int32_t> tokens, int n_target, int n_register = -1);
+  // Drops the blocks past the first blocks_for(n_tokens) (a speculative tail that was
+  // rejected). Those blocks were never registered (see append's n_register).
+  void truncate(BlockTable& table, int n_tokens);
 
   // Releases every block of the table (last to first) and clears it.
   void free(BlockTable& table);

@@ -35,6 +35,7 @@ Status EngineOptions::validate() const {
     if (b < 1 || b > max_num_seqs)
       return bad("cuda_graph_batch_sizes: " + std::to_string(b) + " is outside [1, max_num_seqs = " +
                  std::to_string(max_num_seqs) + "]");
+  GRPO_TRY(speculative.validate());
   return ok_status();
 }
 
@@ -65,9 +66,18 @@ Result<int> engine_kv_blocks(const ModelConfig& cfg, DType model_dtype, const En
   return int(std::min<size_t>(n, size_t(1) << 30));
 }
 
-Engine::Engine(Context& ctx, ModelWeights& w, const Tokenizer* tok, EngineOptions opt)
+Engine::Engine(Context& ctx, ModelWeights& w, const Tokenizer* tok, EngineOptions opt, const EngineTandem* tandem,
+               const ModelWeights* draft)
     : ctx_(ctx), w_(w), tok_(tok), opt_(std::move(opt)) {
-  auto n_blocks = engine_kv_blocks(w.config, w.dtype, opt_);
+  GRPO_CHECK_MSG(!tandem || tandem->partner, "engine: a tandem setup needs its partner weights");
+  const SpeculativeOptions& spec = opt_.speculative;
+  GRPO_CHECK_MSG(!(tandem && spec.enabled()), "engine: speculative decoding and tandem decoding cannot be combined");
+  GRPO_CHECK_MSG((spec.method == SpecMethod::draft) == (draft != nullptr),
+                 "engine: speculative method \"draft\" needs the draft weights (and only it takes them)");
+  const ModelWeights* second = tandem ? tandem->partner : draft;
+  // The draft's pool is a second pool in the same block tables, sized like the tandem partner's.
+  auto n_blocks = second ? tandem_kv_blocks(w.config, w.dtype, second->config, second->dtype, opt_)
+                         : engine_kv_blocks(w.config, w.dtype, opt_);
   GRPO_CHECK_MSG(n_blocks.ok(), n_blocks.status().message().c_str());
   const DType kv_dtype = engine_kv_cache_dtype(w.config, w.dtype, opt_).value();  // checked by engine_kv_blocks
   max_model_len_ = opt_.max_model_len > 0 ? opt_.max_model_len : w.config.max_position_embeddings;
@@ -76,8 +86,30 @@ Engine::Engine(Context& ctx, ModelWeights& w, const Tokenizer* tok, EngineOption
   if (eos_.empty()) eos_ = w.config.eos_token_ids;
   blocks_ = std::make_unique<BlockManager>(n_blocks.value(), opt_.block_size, opt_.enable_prefix_caching);
   scheduler_ = std::make_unique<Scheduler>(opt_, *blocks_);
-  const EngineGeometry geo{n_blocks.value(), max_model_len_, kv_dtype};
+  EngineGeometry geo{n_blocks.value(), max_model_len_, kv_dtype};
+  if (spec.enabled()) geo.max_logit_rows = opt_.max_num_seqs * (spec.num_speculative_tokens + 1);
   runner_ = std::make_unique<ModelRunner>(ctx_, w_, opt_, geo);
+  if (spec.enabled()) adapt_ = std::make_unique<SpecAdaptive>(spec.num_speculative_tokens, spec.probe_every);
+  if (draft) {
+    const Status ok = spec_check_draft(w.config, draft->config, max_model_len_);
+    GRPO_CHECK_MSG(ok.ok(), ok.message().c_str());
+    draft_ = std::make_unique<SpecDraft>(ctx_, *draft, opt_, geo);
+    draft_->fit = &adapt_->draft;
+  }
+  if (tandem) {
+    const Status ok = tandem_check_partner(w.config, tandem->partner->config, max_model_len_);
+    GRPO_CHECK_MSG(ok.ok(), ok.message().c_str());
+    tandem_ = std::make_unique<TandemDecoder>(ctx_, *tandem->partner, opt_, geo, tandem->opt);
+    tandem_on_ = true;
+  }
+}
+
+Status Engine::set_tandem_active(bool on) {
+  if (!tandem_) return error_status("engine: set_tandem_active needs an engine created with a tandem partner");
+  if (has_unfinished()) return error_status("engine: finish the running requests before switching tandem decoding");
+  if (on != tandem_on_) blocks_->reset_prefix_cache();
+  tandem_on_ = on;
+  return ok_status();
 }
 
 Engine::~Engine() = default;
@@ -140,7 +172,8 @@ Result<int64_t> Engine::add_request(std::vector<int32_t> prompt_ids, const Sampl
   return rid;
 }
 
-RowSampling Engine::row_sampling(const Sequence& s) const {
+RowSampling Engine::row_sampling(const Sequence& s, int at) const {
+  if (at < 0) at = s.n_completion();
   const SamplingParams& p = s.params;
   RowSampling r;
   r.temperature = p.temperature;
@@ -148,8 +181,8 @@ RowSampling Engine::row_sampling(const Sequence& s) const {
   r.top_k = p.top_k;
   r.min_p = p.min_p;
   r.rng_key = s.rng_key;
-  r.rng_pos = uint64_t(s.n_completion());
-  if (s.n_completion() < p.min_tokens) {
+  r.rng_pos = uint64_t(at);
+  if (at < p.min_tokens) {
     r.banned.assign(eos_.begin(), eos_.end());
     r.banned.insert(r.banned.end(), p.stop_token_ids.begin(), p.stop_token_ids.end());
   }
@@ -168,6 +201,7 @@ bool Engine::abort_request(int64_t request_id) {
 }
 
 std::vector<RequestOutput> Engine::step(std::vector<TokenEvent>* events) {
+  if (opt_.speculative.enabled()) return step_speculative(events);
   std::vector<RequestOutput> done;
   SchedulerOutput out = scheduler_->schedule();
   if (out.empty() && !out.preempted.empty()) out = scheduler_->schedule();  // admissions wait a pass after preemption
@@ -183,51 +217,58 @@ std::vector<RequestOutput> Engine::step(std::vector<TokenEvent>* events) {
     if (ss.sample) rows.push_back(row_sampling(*ss.seq));
   }
   std::vector<SampledRow> sampled;
-  runner_->execute(out, rows, sampled);
+  if (tandem_active()) tandem_->execute(*runner_, out, rows, sampled);
+  else runner_->execute(out, rows, sampled);
   scheduler_->on_step_done(out);
   ++stats_.steps;
   stats_.tokens_computed += out.n_tokens;
   stats_.preemptions = scheduler_->n_preemptions();
-  stats_.graph_replays = runner_->n_graph_replays();
+  stats_.graph_replays = runner_->n_graph_replays() + (tandem_ ? tandem_->n_graph_replays() : 0);
   now = now_seconds();
   size_t r = 0;
   for (const auto& ss : out.seqs) {
     if (!ss.sample) continue;
     Sequence& s = *ss.seq;
     if (s.n_completion() == 0) stats_.prefix_hit_tokens += s.prefix_hit_tokens;
-    const SampledRow& row = sampled[r++];
-    on_token(s, row, now);
+    ++s.engine_steps;
+    on_token(s, sampled[r], now);
     ++stats_.tokens_generated;
-    TokenEvent* ev = nullptr;
-    if (events) {
-      ev = &events->emplace_back();
-      ev->request_id = s.request_id;
-      ev->sample_index = s.sample_index;
-      ev->token = row.token;
-      ev->logprob_raw = row.logprob_raw;
-      ev->logprob_processed = row.logprob_processed;
-      ev->logprob = s.params.logprobs_mode == LogprobsMode::raw ? row.logprob_raw : row.logprob_processed;
-      if (s.params.top_logprobs > 0) ev->top_logprobs = row.top;
-    }
-    if (s.finish != FinishReason::none) {
-      const size_t emitted = s.text_emitted;
-      done.push_back(finish_output(s, s.finish, now));  // s is gone from here
-      if (ev) {
-        const std::string& text = done.back().text;
-        if (text.size() > emitted) ev->text_delta = text.substr(emitted);
-        ev->finish_reason = done.back().finish_reason;
-      }
-    } else if (ev) {
-      size_t hold = 0;
-      for (const auto& st : s.params.stop) hold = std::max(hold, st.size() - 1);
-      const size_t safe = s.text.size() > hold ? s.text.size() - hold : 0;
-      if (safe > s.text_emitted) {
-        ev->text_delta = s.text.substr(s.text_emitted, safe - s.text_emitted);
-        s.text_emitted = safe;
-      }
-    }
+    after_token(s, add_event(s, sampled[r++], events), now, done);
   }
   return done;
+}
+
+TokenEvent* Engine::add_event(const Sequence& s, const SampledRow& row, std::vector<TokenEvent>* events) {
+  if (!events) return nullptr;
+  TokenEvent* ev = &events->emplace_back();
+  ev->request_id = s.request_id;
+  ev->sample_index = s.sample_index;
+  ev->token = row.token;
+  ev->logprob_raw = row.logprob_raw;
+  ev->logprob_processed = row.logprob_processed;
+  ev->logprob = s.params.logprobs_mode == LogprobsMode::raw ? row.logprob_raw : row.logprob_processed;
+  if (s.params.top_logprobs > 0) ev->top_logprobs = row.top;
+  return ev;
+}
+
+void Engine::after_token(Sequence& s, TokenEvent* ev, double now, std::vector<RequestOutput>& done) {
+  if (s.finish != FinishReason::none) {
+    const size_t emitted = s.text_emitted;
+    done.push_back(finish_output(s, s.finish, now));  // s is gone from here
+    if (ev) {
+      const std::string& text = done.back().text;
+      if (text.size() > emitted) ev->text_delta = text.substr(emitted);
+      ev->finish_reason = done.back().finish_reason;
+    }
+  } else if (ev) {
+    size_t hold = 0;
+    for (const auto& st : s.params.stop) hold = std::max(hold, st.size() - 1);
+    const size_t safe = s.text.size() > hold ? s.text.size() - hold : 0;
+    if (safe > s.text_emitted) {
+      ev->text_delta = s.text.substr(s.text_emitted, safe - s.text_emitted);
+      s.text_emitted = safe;
+    }
+  }
 }
 
 // Appends the sampled token and decides whether the sample ends (sets s.finish).
@@ -238,6 +279,11 @@ void Engine::on_token(Sequence& s, const SampledRow& row, double now) {
   s.logprobs_raw.push_back(row.logprob_raw);
   s.logprobs_processed.push_back(row.logprob_processed);
   if (p.top_logprobs > 0) s.top_logprobs.push_back(row.top);
+  if (tandem_active()) {
+    s.model_mask.push_back(row.by_trained ? 1 : 0);
+    s.logprobs_trained.push_back(row.logprob_trained);
+    ++(row.by_trained ? stats_.tandem_trained_tokens : stats_.tandem_partner_tokens);
+  }
   if (s.t_first_token < 0) s.t_first_token = now;
   auto it = decoders_.find(s.seq_id);
   if (it != decoders_.end()) s.text += it->second->dec.push(t);
@@ -283,6 +329,8 @@ RequestOutput Engine::finish_output(Sequence& s, FinishReason reason, double now
   o.logprobs_raw = std::move(s.logprobs_raw);
   o.logprobs_processed = std::move(s.logprobs_processed);
   o.top_logprobs = std::move(s.top_logprobs);
+  o.model_mask = std::move(s.model_mask);
+  o.logprobs_trained = std::move(s.logprobs_trained);
   o.finish_reason = reason;
   RequestTelemetry& tm = o.telemetry;
   tm.queue_s = s.t_first_scheduled - s.t_arrival;
@@ -293,7 +341,12 @@ RequestOutput Engine::finish_output(Sequence& s, FinishReason reason, double now
   tm.prefix_hit_tokens = s.prefix_hit_tokens;
   tm.n_preemptions = s.n_preemptions;
   tm.peak_kv_bytes = size_t(s.peak_blocks) * runner_->kv_bytes_per_block();
-  tm.engine_steps = s.n_engine_steps;
+  tm.spec_proposed = s.spec_proposed;
+  tm.spec_accepted = s.spec_accepted;
+  tm.spec_acceptance_rate = s.spec_proposed > 0 ? double(s.spec_accepted) / double(s.spec_proposed) : 0.0;
+  tm.spec_accepted_by_pos = std::move(s.spec_accepted_by_pos);
+  tm.spec_proposed_by_pos = std::move(s.spec_proposed_by_pos);
+  tm.engine_steps = s.engine_steps;
   seqs_.erase(s.seq_id);  // s is dangling from here
   return o;
 }

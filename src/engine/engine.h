@@ -26,6 +26,8 @@
 #include "engine/sampling_params.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "engine/speculative.h"
+#include "engine/tandem.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
 
@@ -49,16 +51,13 @@ struct RequestTelemetry {
   int prefix_hit_tokens = 0;  // prompt tokens served by the prefix cache at admission
   int n_preemptions = 0;
   size_t peak_kv_bytes = 0;   // most KV bytes referenced at once (shared blocks included)
-  // Speculative decoding: draft tokens proposed for / accepted by the target over the
-  // request's life, and accepted counts by draft position (index 0 = first drafted
-  // token). All 0 / empty when nothing drafted.
-  int spec_proposed = 0;
-  int spec_accepted = 0;
-  std::vector<int> spec_accepted_by_pos;
-  // Engine steps that scheduled this request (prefill chunks included; a preempted
-  // request's recompute counts again). Deterministic for a given batch: a reproducible
-  // latency proxy for inference-aware rewards.
-  int engine_steps = 0;
+  // Speculative decoding (engine/speculative.h); zeros without it. spec_accepted counts
+  // emitted drafts; by_pos[j] counts draft position j (0-based) proposed / accepted.
+  int64_t spec_proposed = 0;
+  int64_t spec_accepted = 0;
+  double spec_acceptance_rate = 0;  // spec_accepted / spec_proposed (0 when nothing was proposed)
+  std::vector<int64_t> spec_accepted_by_pos, spec_proposed_by_pos;
+  int64_t engine_steps = 0;   // engine steps that emitted tokens of this sample (plain decoding: one per token)
 };
 
 struct RequestOutput {
@@ -71,6 +70,11 @@ struct RequestOutput {
   std::vector<float> logprobs_raw;         // log_softmax of the logits (what the trainer recomputes)
   std::vector<float> logprobs_processed;   // under the distribution actually sampled from
   std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;  // when params.top_logprobs > 0
+  // Tandem decoding only (empty otherwise): per completion token, 1 = the trained model
+  // wrote it, 0 = the partner (logprobs* above are then the partner's); and the trained
+  // model's log_softmax(z / temperature) of the token (what the trainer recomputes).
+  std::vector<uint8_t> model_mask;
+  std::vector<float> logprobs_trained;
   FinishReason finish_reason = FinishReason::none;
   RequestTelemetry telemetry;
 };
@@ -99,12 +103,27 @@ struct EngineStats {
   int64_t prefix_hit_tokens = 0;
   int64_t preemptions = 0;
   int64_t graph_replays = 0;
+  int64_t tandem_trained_tokens = 0;  // tandem: completion tokens the trained model wrote
+  int64_t tandem_partner_tokens = 0;  // tandem: completion tokens the partner wrote
+  int64_t spec_steps = 0;             // speculative: steps that verified drafts
+  int64_t spec_proposed = 0, spec_accepted = 0;
+};
+
+// A frozen partner for tandem decoding (engine/tandem.h). The partner's weights must
+// outlive the engine; tandem_check_partner and opt.validate must have passed.
+struct EngineTandem {
+  const ModelWeights* partner = nullptr;
+  TandemOptions opt;
 };
 
 class Engine {
  public:
   // Precondition: opt.validate() is ok (checked). `tok` may be null (no text, no stop strings).
-  Engine(Context& ctx, ModelWeights& w, const Tokenizer* tok, EngineOptions opt);
+  // With `tandem`, both pools share the KV budget (tandem_kv_blocks) and tandem decoding is on.
+  // With opt.speculative.method == draft, `draft` is the draft model (same vocabulary; it
+  // must outlive the engine); both pools then share the KV budget. Not with tandem.
+  Engine(Context& ctx, ModelWeights& w, const Tokenizer* tok, EngineOptions opt, const EngineTandem* tandem = nullptr,
+         const ModelWeights* draft = nullptr);
   ~Engine();
 
   // Queues a prompt with params.n samples; returns the request id. Errors name the
@@ -125,6 +144,12 @@ class Engine {
                                               const SamplingParams& params);
   // Drops every cached prefix (call after the weights change).
   void reset_prefix_cache() { blocks_->reset_prefix_cache(); }
+  // Tandem engines: turns the partner on or off (off = the trained model alone, e.g. for
+  // solo eval; the partner's pool is then not written, so the prefix cache is dropped).
+  // Error when requests are unfinished or the engine has no partner.
+  Status set_tandem_active(bool on);
+  bool tandem_active() const { return tandem_ && tandem_on_; }
+  bool has_tandem() const { return tandem_ != nullptr; }
 
   const EngineStats& stats() const { return stats_; }
   const Context& context() const { return ctx_; }
@@ -133,7 +158,11 @@ class Engine {
   int n_free_kv_blocks() const { return blocks_->n_free(); }
   int n_waiting() const { return int(scheduler_->waiting().size()); }   // sequences, not requests
   int n_running() const { return int(scheduler_->running().size()); }
-  size_t kv_bytes_per_block() const { return runner_->kv_bytes_per_block(); }  // all layers, K and V, real bytes
+  // All layers, K and V, real bytes (tandem: the trained pool's plus the partner's; speculative: plus the draft's).
+  size_t kv_bytes_per_block() const {
+    return runner_->kv_bytes_per_block() + (tandem_ ? tandem_->kv_bytes_per_block() : 0) +
+           (draft_ ? draft_->kv_bytes_per_block() : 0);
+  }
   DType kv_cache_dtype() const { return runner_->geometry().kv_dtype; }
   int max_model_len() const { return max_model_len_; }
   int vocab_size() const { return w_.config.vocab_size; }
@@ -143,7 +172,14 @@ class Engine {
   struct Decoder;
   Status check_request(const std::vector<int32_t>& prompt_ids, const SamplingParams& params) const;
   void on_token(Sequence& s, const SampledRow& row, double now);
-  RowSampling row_sampling(const Sequence& s) const;
+  // at: the completion index being sampled (-1: the next one).
+  RowSampling row_sampling(const Sequence& s, int at = -1) const;
+  std::vector<RequestOutput> step_speculative(std::vector<TokenEvent>* events);  // engine/speculative_engine.cpp
+  // The TokenEvent of a token just given to on_token (nullptr without events).
+  TokenEvent* add_event(const Sequence& s, const SampledRow& row, std::vector<TokenEvent>* events);
+  // After on_token: a finished sample's output goes to done (ev gets the rest of its
+  // text); a running one moves the text no stop string can cut any more into ev.
+  void after_token(Sequence& s, TokenEvent* ev, double now, std::vector<RequestOutput>& done);
   RequestOutput finish_output(Sequence& s, FinishReason reason, double now);
 
   Context& ctx_;
@@ -155,6 +191,10 @@ class Engine {
   std::unique_ptr<BlockManager> blocks_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<TandemDecoder> tandem_;
+  bool tandem_on_ = false;
+  std::unique_ptr<SpecDraft> draft_;
+  std::unique_ptr<SpecAdaptive> adapt_;
   std::unordered_map<int64_t, std::unique_ptr<Sequence>> seqs_;
   std::unordered_map<int64_t, std::unique_ptr<Decoder>> decoders_;
   int64_t next_request_ = 0, next_seq_ = 0;

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "engine/model_runner.h"
+#include "engine/speculative.h"
 
 #ifdef GRPO_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -54,7 +55,31 @@ Status EngineConfig::validate(const std::string& prefix) const {
     return bad("gpu_memory_utilization", u.str(), "must be in (0, 1] (a fraction of the device's total memory)");
   if (kv_cache_mib < 0 || kv_cache_mib > (int64_t(1) << 30))
     return bad("kv_cache_mib", n(kv_cache_mib), "must be >= 0 (0 = from gpu_memory_utilization)");
-  return ok_status();
+  const SpeculativeConfig& sp = speculative;
+  if (sp.method == SpecMethod::draft && sp.draft_model.empty())
+    return bad("speculative.draft_model", "\"\"",
+               "required with speculative.method = \"draft\" (a model with the same vocabulary), or use method "
+               "\"ngram\"");
+  if (sp.method != SpecMethod::draft && !sp.draft_model.empty())
+    return bad("speculative.draft_model", "\"" + sp.draft_model + "\"",
+               std::string("is set but speculative.method = \"") + spec_method_name(sp.method) +
+                   "\"; set method = \"draft\"");
+  auto in_int = [](int64_t v) { return v >= -(int64_t(1) << 30) && v <= (int64_t(1) << 30); };
+  if (!in_int(sp.num_speculative_tokens) || !in_int(sp.ngram_min) || !in_int(sp.ngram_max) || !in_int(sp.probe_every))
+    return bad("speculative", "{...}", "a count is out of range");
+  return sp.options().validate(prefix + "speculative.");
+}
+
+SpeculativeOptions SpeculativeConfig::options() const {
+  SpeculativeOptions o;
+  o.method = method;
+  o.draft_model = draft_model;
+  o.num_speculative_tokens = int(num_speculative_tokens);
+  o.ngram_min = int(ngram_min);
+  o.ngram_max = int(ngram_max);
+  o.adaptive = adaptive;
+  o.probe_every = int(probe_every);
+  return o;
 }
 
 Result<size_t> engine_kv_budget(const EngineConfig& c, Device dev, const MemoryUse& mem, size_t block_bytes) {
@@ -122,6 +147,7 @@ Result<EngineOptions> engine_options_from_config(const EngineConfig& c, Device d
     return error_status("engine.cuda_graphs = \"on\": CUDA graphs need a CUDA device; use \"auto\" or \"off\"");
   eo.cuda_graph_max_context = int(c.cuda_graph_max_context);
   eo.kv_cache_dtype = c.kv_cache_dtype;
+  eo.speculative = c.speculative.options();
   GRPO_TRY(eo.validate());
   auto kv_dtype = engine_kv_cache_dtype(mc, model_dtype, eo);
   if (!kv_dtype.ok()) return kv_dtype.status().with_context("engine.kv_cache_dtype");

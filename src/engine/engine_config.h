@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "core/enum_table.h"
 #include "core/status.h"
@@ -30,6 +31,17 @@ std::span<const EnumName<CudaGraphsMode>> cuda_graphs_names();  // auto, on, off
 
 inline constexpr int64_t kCpuKvCacheMib = 256;
 
+// [engine.speculative] (engine/speculative.h; flags --spec, --draft-model, ... in cli/engine_flags.h).
+struct SpeculativeConfig {
+  SpecMethod method = SpecMethod::off;     // off | draft | ngram (spec_method_names())
+  std::string draft_model;                 // HF directory of the draft model (method draft)
+  int64_t num_speculative_tokens = 4;      // k: drafts per step at most
+  int64_t ngram_min = 1, ngram_max = 4;    // prompt-lookup suffix lengths tried (longest first)
+  bool adaptive = true;                    // pick k per step from a run-time cost model (0 = plain decoding)
+  int64_t probe_every = 32;                // adaptive: steps between probe steps while drafting is off
+  SpeculativeOptions options() const;      // the engine's copy (ranges unchecked; see validate)
+};
+
 struct EngineConfig {
   int64_t block_size = 16;                 // tokens per KV block
   int64_t max_num_seqs = 0;                // running sequences at most; 0: the caller's default (train: B·G up to 256)
@@ -42,6 +54,7 @@ struct EngineConfig {
   KvCacheDtype kv_cache_dtype = KvCacheDtype::automatic;
   double gpu_memory_utilization = 0.9;     // fraction of the device's total memory the process may use
   int64_t kv_cache_mib = 0;                // > 0: KV budget in MiB (overrides gpu_memory_utilization)
+  SpeculativeConfig speculative;           // [engine.speculative]
 
   // Range checks; messages name "<prefix><key>" (prefix "engine." in a run config, "--" style for flags is
   // the CLI's business) and the allowed values.
@@ -74,7 +87,9 @@ size_t engine_buffer_bytes(const ModelConfig& mc, DType model_dtype, int max_num
 
 // EngineOptions for a model of dtype model_dtype on `dev`. default_max_num_seqs
 // is used when c.max_num_seqs == 0. mem.engine_buffers is computed here (the
-// caller leaves it 0). The seed and EOS ids are the caller's.
+// caller leaves it 0). The seed and EOS ids are the caller's. A draft model's
+// (engine.speculative) weights belong in mem.weights; its KV pool shares the budget
+// (the engine divides it by the bytes of one block of both pools).
 Result<EngineOptions> engine_options_from_config(const EngineConfig& c, Device dev, const ModelConfig& mc,
                                                  DType model_dtype, MemoryUse mem, int default_max_num_seqs);
 

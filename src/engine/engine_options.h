@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/enum_table.h"
@@ -21,6 +22,24 @@ struct LoraWeights;  // model/lora.h
 // Halves (bf16) or quarters (f32) the KV memory and reads; needs head_dim % 16 == 0.
 enum class KvCacheDtype { automatic, fp8_e4m3 };
 std::span<const EnumName<KvCacheDtype>> kv_cache_dtype_names();  // auto, fp8, fp8_e4m3
+
+// Speculative decoding (engine/speculative.h): off, a draft model, or n-gram prompt lookup.
+enum class SpecMethod { off, draft, ngram };
+std::span<const EnumName<SpecMethod>> spec_method_names();  // off, draft, ngram
+
+// Resolved [engine.speculative] settings (engine/engine_config.h's SpeculativeConfig builds them).
+struct SpeculativeOptions {
+  SpecMethod method = SpecMethod::off;
+  std::string draft_model;         // HF directory of the draft (method draft; the caller loads it and
+                                   // checks it is set; the engine takes the weights)
+  int num_speculative_tokens = 4;  // k: drafts per step at most
+  int ngram_min = 1, ngram_max = 4;  // prompt-lookup suffix lengths tried (longest first)
+  bool adaptive = true;            // lower k / stop drafting when the cost model predicts a loss
+  int probe_every = 32;            // adaptive: steps between probe steps while drafting is off
+  // Errors name "<prefix><key>".
+  Status validate(const std::string& prefix = "engine.speculative.") const;
+  bool enabled() const { return method != SpecMethod::off; }
+};
 
 // Resolved engine settings (engine/engine_config.h builds them from the user's
 // [engine] section). The scheduler and the model runner read this one struct.
@@ -48,6 +67,7 @@ struct EngineOptions {
   // adapter in each step; a slot's tensors may be rewritten in place between steps;
   // steps mixing adapters other than `lora` run eagerly (graphs hold `lora` on every row).
   std::vector<const LoraWeights*> lora_slots;
+  SpeculativeOptions speculative;              // [engine.speculative] (engine/speculative.h)
   Status validate() const;
 };
 
@@ -57,6 +77,7 @@ struct EngineGeometry {
   int n_blocks = 0;        // > 0
   int max_model_len = 0;   // > 0
   DType kv_dtype = DType::f32;  // the weights' dtype, or f8e4m3 (head_dim % 16 == 0)
+  int max_logit_rows = 0;  // logits rows per step at most (0: max_num_seqs; speculative verify needs more)
 };
 
 }  // namespace grpo

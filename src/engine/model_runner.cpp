@@ -10,6 +10,7 @@
 
 #include "core/log.h"
 #include "engine/cuda_graph.h"
+#include "kernels/row_logprob.h"
 
 namespace grpo {
 
@@ -74,6 +75,7 @@ ModelRunner::ModelRunner(Context& ctx, const ModelWeights& w, const EngineOption
   if (opt_.cuda_graph_max_context <= 0) opt_.cuda_graph_max_context = std::min(geo.max_model_len, 2048);
   opt_.cuda_graph_max_context = std::min(opt_.cuda_graph_max_context, geo.max_model_len);
   max_T_ = std::max(opt.max_num_batched_tokens, opt.max_num_seqs);
+  max_R_ = std::max(opt.max_num_seqs, geo.max_logit_rows);
 
   cache_ = kv_cache_allocate(cfg, dev, geo.kv_dtype, geo.n_blocks, opt.block_size);
   rope_ = rope_table_build(cfg, dev, geo.max_model_len);
@@ -86,16 +88,16 @@ ModelRunner::ModelRunner(Context& ctx, const ModelWeights& w, const EngineOption
                    "ModelRunner: LoRA adapters must match the weights' dtype, device and layer count");
     lora_r = std::max(lora_r, a->cfg.r);
   }
-  scratch_ = forward_scratch_allocate(cfg, dev, w.dtype, max_T_, opt.max_num_seqs, lora_r);
+  scratch_ = forward_scratch_allocate(cfg, dev, w.dtype, max_T_, max_R_, lora_r);
   d_tokens_ = tensor_zeros(dev, DType::i32, {max_T_});
   d_positions_ = tensor_zeros(dev, DType::i32, {max_T_});
   d_token_seq_ = tensor_zeros(dev, DType::i32, {max_T_});
   d_slots_ = tensor_zeros(dev, DType::i32, {max_T_});
   d_block_table_ = tensor_zeros(dev, DType::i32, {opt.max_num_seqs, max_blocks_per_seq_});
-  d_logit_rows_ = tensor_zeros(dev, DType::i32, {opt.max_num_seqs});
+  d_logit_rows_ = tensor_zeros(dev, DType::i32, {max_R_});
   d_prefill_tiles_ = tensor_zeros(dev, DType::i32, {max_T_, 4});
-  d_logits_ = tensor_zeros(dev, DType::f32, {opt.max_num_seqs, cfg.vocab_size});
-  const int64_t N = opt.max_num_seqs;
+  d_logits_ = tensor_zeros(dev, DType::f32, {max_R_, cfg.vocab_size});
+  const int64_t N = max_R_;
   d_rows_.temperature = tensor_zeros(dev, DType::f32, {N});
   d_rows_.top_p = tensor_zeros(dev, DType::f32, {N});
   d_rows_.top_k = tensor_zeros(dev, DType::i32, {N});
@@ -152,19 +154,21 @@ void ModelRunner::fill_inputs(const SchedulerOutput& step, int padded_T, bool al
     const Sequence& seq = *ss.seq;
     GRPO_CHECK(int(seq.table.blocks.size()) <= MB);
     for (int i = 0; i < ss.n_new; ++i) {
-      const int p = seq.n_computed + i;
+      const int p = ss.start() + i;
       h_tokens_.push_back(seq.tokens[size_t(p)]);
       h_positions_.push_back(p);
       h_token_seq_.push_back(s);
       h_slots_.push_back(seq.table.blocks[size_t(p / bs)] * bs + p % bs);
     }
-    if (ss.sample) h_logit_rows_.push_back(int32_t(h_tokens_.size()) - 1);
+    if (ss.sample)
+      for (int j = ss.n_extra_logits; j >= 0; --j) h_logit_rows_.push_back(int32_t(h_tokens_.size()) - 1 - j);
     int32_t* row = h_block_table_.data() + size_t(s) * size_t(MB);
     std::fill(row, row + MB, 0);
     std::copy(seq.table.blocks.begin(), seq.table.blocks.end(), row);
   }
   const int T = int(h_tokens_.size());
   GRPO_CHECK(T == step.n_tokens && T <= max_T_);
+  GRPO_CHECK(int(h_logit_rows_.size()) == step.n_sampled && step.n_sampled <= max_R_);
   for (int t = T; t < padded_T; ++t) {  // dummy decode rows: own (zero) block-table row, no write
     h_tokens_.push_back(0);
     h_positions_.push_back(0);
@@ -200,7 +204,7 @@ void ModelRunner::fill_inputs(const SchedulerOutput& step, int padded_T, bool al
   for (int s = 0; s < S; ++s) {
     const ScheduledSeq& ss = step.seqs[size_t(s)];
     for (int i = 0; i < ss.n_new; i += kPrefillTile)
-      h_tiles_.push_back({row0 + i, std::min(kPrefillTile, ss.n_new - i), s, ss.seq->n_computed + i});
+      h_tiles_.push_back({row0 + i, std::min(kPrefillTile, ss.n_new - i), s, ss.start() + i});
     row0 += ss.n_new;
   }
   GRPO_CHECK_MSG(row0 == T && int(h_tiles_.size()) <= max_T_, "ModelRunner: prefill tiles must cover the step's rows");
@@ -215,7 +219,7 @@ void ModelRunner::run_forward(const SchedulerOutput& step) {
   const int S = int(step.seqs.size()), T = step.n_tokens, R = step.n_sampled;
   bool decode = T == S && R == S;
   for (int s = 0; decode && s < S; ++s) decode = step.seqs[size_t(s)].seq->lora == opt_.lora;  // graphs: one adapter
-  for (int s = 0; decode && s < S; ++s) decode = step.seqs[size_t(s)].seq->n_computed < opt_.cuda_graph_max_context;
+  for (int s = 0; decode && s < S; ++s) decode = step.seqs[size_t(s)].start() < opt_.cuda_graph_max_context;
   if (graphs_ && decode) {
     int B = 0;
     for (int b : opt_.cuda_graph_batch_sizes)
@@ -317,7 +321,7 @@ void ModelRunner::sample(const std::vector<RowSampling>& rows, std::vector<Sampl
   if (NB > 0) {
     if (NB > banned_cap_) {
       banned_cap_ = NB;
-      d_rows_.banned = tensor_zeros(dev, DType::i32, {int64_t(opt_.max_num_seqs) * NB});
+      d_rows_.banned = tensor_zeros(dev, DType::i32, {int64_t(max_R_) * NB});
     }
     upload(ctx_, d_rows_.banned, banned, R * NB);
     v.banned = d_rows_.banned.view({d_rows_.banned.numel()}).slice0(0, R * NB).view({R, int64_t(NB)});
@@ -329,8 +333,8 @@ void ModelRunner::sample(const std::vector<RowSampling>& rows, std::vector<Sampl
   if (n_top > 0) {
     if (n_top > top_cap_) {
       top_cap_ = n_top;
-      d_top_ids_ = tensor_zeros(dev, DType::i32, {int64_t(opt_.max_num_seqs) * n_top});
-      d_top_lps_ = tensor_zeros(dev, DType::f32, {int64_t(opt_.max_num_seqs) * n_top});
+      d_top_ids_ = tensor_zeros(dev, DType::i32, {int64_t(max_R_) * n_top});
+      d_top_lps_ = tensor_zeros(dev, DType::f32, {int64_t(max_R_) * n_top});
     }
     o.top_ids = d_top_ids_.slice0(0, R * n_top).view({R, int64_t(n_top)});
     o.top_logprobs = d_top_lps_.slice0(0, R * n_top).view({R, int64_t(n_top)});
@@ -364,6 +368,25 @@ void ModelRunner::sample(const std::vector<RowSampling>& rows, std::vector<Sampl
       }
     }
   }
+}
+
+void ModelRunner::row_logprobs(const std::vector<int32_t>& ids, const std::vector<float>& temps,
+                               std::vector<float>& out) {
+  const int64_t R = int64_t(ids.size());
+  GRPO_CHECK(temps.size() == ids.size() && R <= max_R_);
+  out.clear();
+  if (R == 0) return;
+  if (!d_given_ids_.defined()) {
+    const Device dev = ctx_.device();
+    d_given_ids_ = tensor_zeros(dev, DType::i32, {max_R_});
+    d_given_temps_ = tensor_zeros(dev, DType::f32, {max_R_});
+    d_given_lp_ = tensor_zeros(dev, DType::f32, {max_R_});
+  }
+  upload(ctx_, d_given_ids_, ids, R);
+  upload(ctx_, d_given_temps_, temps, R);
+  Tensor lp = d_given_lp_.slice0(0, R);
+  logits_row_logprobs(ctx_, lp, d_logits_.slice0(0, R), d_given_ids_.slice0(0, R), d_given_temps_.slice0(0, R));
+  download(ctx_, out, lp, R);
 }
 
 }  // namespace grpo

@@ -45,6 +45,10 @@ struct SampledRow {
   int32_t token = -1;
   float logprob_raw = 0, logprob_processed = 0;
   std::vector<std::pair<int32_t, float>> top;  // (id, logprob), best first
+  // Tandem decoding (engine/tandem.h): whether the trained model wrote the token (the
+  // logprobs above are then the writer's), and the trained model's logprob of it.
+  bool by_trained = true;
+  float logprob_trained = 0;
 };
 
 // Bytes of one KV block over all layers (K and V).
@@ -68,6 +72,14 @@ class ModelRunner {
   const EngineGeometry& geometry() const { return geo_; }
   int64_t n_graph_replays() const { return n_graph_replays_; }
 
+  // execute() in two halves, for a second model in the same block tables (engine/tandem.h):
+  // forward() leaves the step's sampled rows' logits in place; sample_rows() samples them.
+  void forward(const SchedulerOutput& step) { run_forward(step); }
+  void sample_rows(const std::vector<RowSampling>& rows, std::vector<SampledRow>& out) { sample(rows, out); }
+  // After forward(): log_softmax(logits_r / temps[r])[ids[r]] of the first ids.size() rows
+  // (kernels/row_logprob.h).
+  void row_logprobs(const std::vector<int32_t>& ids, const std::vector<float>& temps, std::vector<float>& out);
+
  private:
   void fill_inputs(const SchedulerOutput& step, int padded_T, bool allow_prefill_tiles);
   ForwardBatch batch_view(int T, int S, int R, int max_context);
@@ -81,6 +93,7 @@ class ModelRunner {
   EngineGeometry geo_;
   int max_blocks_per_seq_ = 0;
   int max_T_ = 0;
+  int max_R_ = 0;  // logits / sampling rows per step at most
   KVCache cache_;
   RopeTable rope_;
   ForwardScratch scratch_;
@@ -93,6 +106,7 @@ class ModelRunner {
   SamplingRows d_rows_;
   Tensor d_tok_out_, d_lp_raw_, d_lp_proc_, d_top_ids_, d_top_lps_;
   int banned_cap_ = 0, top_cap_ = 0;
+  Tensor d_given_ids_, d_given_temps_, d_given_lp_;  // (max_seqs) row_logprobs buffers, allocated on first use
   // Host staging.
   std::vector<int32_t> h_tokens_, h_positions_, h_token_seq_, h_slots_, h_block_table_, h_logit_rows_;
   std::vector<std::array<int32_t, 4>> h_tiles_;  // (row0, n_rows, seq, pos0)

@@ -71,7 +71,7 @@ SchedulerOutput Scheduler::schedule() {
       if (victim == s) { self_preempted = true; break; }
     }
     if (self_preempted) break;
-    bm_.append(s->table, s->tokens, target);
+    bm_.append(s->table, s->tokens, target, s->n_total() - s->n_spec);
     note(s, n_new);
     ++i;
   }

@@ -34,12 +34,18 @@ struct ScheduledSeq {
   Sequence* seq = nullptr;
   int n_new = 0;       // tokens [seq->n_computed, seq->n_computed + n_new) are computed
   bool sample = false; // the step reaches the end of the known tokens: sample the next one
+  // Speculative decoding (engine/speculative.h) only: the range starts here instead of at
+  // seq->n_computed (a draft model's own progress), and a verify step wants logits for
+  // the last 1 + n_extra_logits positions of the range (sample must be set).
+  int pos0 = -1;
+  int n_extra_logits = 0;
+  int start() const { return pos0 >= 0 ? pos0 : seq->n_computed; }
 };
 
 struct SchedulerOutput {
   std::vector<ScheduledSeq> seqs;  // decodes/continuations first, then admissions
   int n_tokens = 0;                // Σ n_new
-  int n_sampled = 0;               // rows that need logits
+  int n_sampled = 0;               // rows that need logits (Σ over sampled seqs of 1 + n_extra_logits)
   std::vector<Sequence*> preempted;
   bool empty() const { return seqs.empty(); }
 };

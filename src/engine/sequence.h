@@ -52,6 +52,15 @@ struct Sequence {
   uint64_t rng_key = 0;
   std::vector<float> logprobs_raw, logprobs_processed;  // per completion token
   std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;
+  std::vector<uint8_t> model_mask;      // tandem decoding: per completion token, 1 = the trained model wrote it
+  std::vector<float> logprobs_trained;  // tandem decoding: the trained model's logprob of each completion token
+  // Speculative decoding (engine/speculative.h): n_spec trailing ids of `tokens` are
+  // drafts under verification this step (not committed); draft_lag = committed tokens
+  // whose K/V the draft model has not written yet (0 or 1).
+  int n_spec = 0;
+  int draft_lag = 0;
+  int64_t spec_proposed = 0, spec_accepted = 0, engine_steps = 0;
+  std::vector<int64_t> spec_accepted_by_pos, spec_proposed_by_pos;  // per draft position
   std::string text;                     // detokenized completion (stop strings cut)
   size_t text_checked = 0;              // bytes of text already scanned for stop strings
   int n_engine_steps = 0;               // engine steps that scheduled this sequence (prefill chunks and decodes)

@@ -1,6 +1,8 @@
 // Data-parallel gradient reduction, ZeRO-1 and metric reductions (see data_parallel.h).
 #include "train/data_parallel.h"
 
+#include <cstring>
+
 #include <algorithm>
 #include <cmath>
 
@@ -148,27 +150,34 @@ Status dp_reduce_step_metrics(Communicator& comm, MetricList& m) {
 
 Status dp_reduce_eval_metrics(Communicator& comm, MetricList& m) {
   if (comm.size() <= 1) return ok_status();
+  // Counts (".../n") are summed, times (".../time") maxed, the rest are means over eval/n samples.
+  auto ends = [](const std::string& k, const char* suf) {
+    const size_t n = std::strlen(suf);
+    return k.size() >= n && k.compare(k.size() - n, n, suf) == 0;
+  };
+  auto is_time = [&](const std::string& k) { return ends(k, "/time"); };
+  auto is_n = [&](const std::string& k) { return ends(k, "/n"); };
   double n = 0;
   for (auto& [k, v] : m)
     if (k == "eval/n") n = v;
   std::vector<double> sum, mx;
   for (auto& [k, v] : m) {
-    if (k == "eval/time") mx.push_back(v);
-    else sum.push_back(k == "eval/n" ? v : v * n);
+    if (is_time(k)) mx.push_back(v);
+    else sum.push_back(is_n(k) ? v : v * n);
   }
   GRPO_TRY(comm.all_reduce_host(sum, HostReduce::sum));
   GRPO_TRY(comm.all_reduce_host(mx, HostReduce::max));
   double total_n = 0;
   size_t is = 0, ix = 0;
   for (auto& [k, v] : m)
-    if (k != "eval/time") {
+    if (!is_time(k)) {
       if (k == "eval/n") total_n = sum[is];
       ++is;
     }
   is = 0;
   for (auto& [k, v] : m) {
-    if (k == "eval/time") v = mx[ix++];
-    else if (k == "eval/n") v = sum[is++];
+    if (is_time(k)) v = mx[ix++];
+    else if (is_n(k)) v = sum[is++];
     else v = total_n > 0 ? sum[is++] / total_n : 0.0;
   }
   return ok_status();

@@ -182,8 +182,9 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
   res.out_dir = r.out_dir;
   auto do_eval = [&](int64_t step) -> Status {
     if (r.eval_prompts.empty()) return ok_status();
-    auto ev = rollout_eval(*r.engine, *r.env, *r.rewards, eval_mine, r.eval_params, uint64_t(cfg.rollout.seed),
-                           svc.get(), eval_split[size_t(rank)]);
+    auto ev = rollout_eval_solo_tandem(*r.engine, *r.env, *r.rewards, eval_mine, r.eval_params,
+                                       uint64_t(cfg.rollout.seed), cfg.tandem.eval_tandem, svc.get(),
+                                       eval_split[size_t(rank)]);
     if (!ev.ok()) return ev.status().with_context("eval at step " + std::to_string(step));
     r.engine->reset_prefix_cache();
     res.last_eval = ev.value();

@@ -101,6 +101,8 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
   std::vector<double> fn_sum(rewards.size(), 0.0), term_sum(rewards.n_terms(), 0.0);
   double score_sum = 0, len_sum = 0, len_max = 0, n_trunc = 0, prefix_hits = 0, prompt_toks = 0;
   double spec_proposed = 0, spec_accepted = 0, engine_steps = 0;
+  double tandem_trained = 0, tandem_tokens = 0, tandem_switches = 0;
+  bool tandem = false;
   std::vector<Telemetry> tels(N);
   std::vector<RewardInput> inputs(N);
   for (size_t i = 0; i < N; ++i) {
@@ -133,6 +135,16 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
     spec_accepted += tel.spec_accepted;
     engine_steps += double(tel.engine_steps);
     b.n_completion_tokens += int64_t(len);
+    const auto& mm = c.out.model_mask;
+    if (!mm.empty()) {
+      tandem = true;
+      for (size_t t = 0; t < mm.size(); ++t) {
+        tandem_trained += mm[t];
+        tandem_switches += t > 0 && mm[t] != mm[t - 1];
+      }
+      tandem_tokens += double(mm.size());
+      c.loss_weights = tandem_loss_weights(mm, rc.tandem_partner_weight);
+    }
   }
   AdvantageStats st;
   if (rc.comm && rc.comm->size() > 1) {
@@ -180,7 +192,18 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
   // Speculative decoding over the batch: accepted / proposed draft tokens (0 when nothing drafted).
   m.emplace_back("rollout/spec_accept_rate", spec_proposed > 0 ? spec_accepted / spec_proposed : 0.0);
   m.emplace_back("rollout/engine_steps_mean", engine_steps / dn);
+  if (tandem) {
+    m.emplace_back("tandem/trained_token_frac", tandem_tokens > 0 ? tandem_trained / tandem_tokens : 0.0);
+    m.emplace_back("tandem/switches_per_completion", tandem_switches / dn);
+    m.emplace_back("tandem/partner_tokens", tandem_tokens - tandem_trained);
+  }
   return b;
+}
+
+std::vector<float> tandem_loss_weights(const std::vector<uint8_t>& model_mask, float partner_weight) {
+  std::vector<float> w(model_mask.size());
+  for (size_t t = 0; t < w.size(); ++t) w[t] = model_mask[t] ? 1.f : partner_weight;
+  return w;
 }
 
 Result<MetricList> rollout_eval(Engine& engine, const Environment& env, const RewardComposer& rewards,
@@ -191,7 +214,8 @@ Result<MetricList> rollout_eval(Engine& engine, const Environment& env, const Re
   for (size_t k = 0; k < seeds.size(); ++k) seeds[k] = rollout_seed_for(seed, -1, first_index + int64_t(k));
   GRPO_ASSIGN_OR_RETURN(std::vector<RequestOutput> outs, engine_run_prompts(engine, prompts, params, seeds, svc));
   const size_t n = size_t(params.n);
-  double score = 0, reward = 0, len = 0;
+  double score = 0, reward = 0, len = 0, trained = 0;
+  bool tandem = false;
   std::vector<Telemetry> tels(outs.size());
   std::vector<RewardInput> inputs(outs.size());
   for (size_t i = 0; i < outs.size(); ++i) {
@@ -204,6 +228,8 @@ Result<MetricList> rollout_eval(Engine& engine, const Environment& env, const Re
     score += env.score(pp.example, outs[i].text);
     reward += scored.values[i].total;
     len += double(outs[i].completion_ids.size());
+    tandem |= !outs[i].model_mask.empty();
+    for (uint8_t x : outs[i].model_mask) trained += x;
   }
   const double dn = double(std::max<size_t>(outs.size(), 1));
   MetricList m;
@@ -211,7 +237,22 @@ Result<MetricList> rollout_eval(Engine& engine, const Environment& env, const Re
   m.emplace_back("eval/reward", reward / dn);
   m.emplace_back("eval/completion_length", len / dn);
   m.emplace_back("eval/n", double(outs.size()));
+  if (tandem) m.emplace_back("eval/trained_token_frac", len > 0 ? trained / len : 0.0);
   m.emplace_back("eval/time", now_seconds() - t0);
+  return m;
+}
+
+Result<MetricList> rollout_eval_solo_tandem(Engine& engine, const Environment& env, const RewardComposer& rewards,
+                                            const std::vector<PreparedPrompt>& prompts, const SamplingParams& params,
+                                            uint64_t seed, bool tandem, EngineService* svc, int64_t first_index) {
+  if (!engine.has_tandem()) return rollout_eval(engine, env, rewards, prompts, params, seed, svc, first_index);
+  GRPO_TRY(engine.set_tandem_active(false));
+  auto solo = rollout_eval(engine, env, rewards, prompts, params, seed, svc, first_index);
+  GRPO_TRY(engine.set_tandem_active(true));
+  if (!solo.ok() || !tandem) return solo;
+  MetricList m = std::move(solo).value();
+  GRPO_ASSIGN_OR_RETURN(MetricList both, rollout_eval(engine, env, rewards, prompts, params, seed, svc, first_index));
+  for (auto& [k, v] : both) m.emplace_back("eval/tandem/" + k.substr(k.find('/') + 1), v);
   return m;
 }
 

@@ -51,7 +51,10 @@ struct RolloutBatch {
   std::vector<float> global_rewards;
   std::vector<int> global_group_sizes;
   int64_t n_completion_tokens = 0;
-  MetricList metrics;                   // reward/*, accuracy, completion/*, rollout/*, time/rollout, time/reward
+  // reward/*, accuracy, completion/*, rollout/*, time/rollout, time/reward; tandem rollouts
+  // add tandem/trained_token_frac, tandem/switches_per_completion, tandem/partner_tokens
+  // (reward/* and accuracy are then the tandem rollouts' rewards).
+  MetricList metrics;
 };
 
 uint64_t rollout_seed_for(uint64_t seed, int64_t generation, int64_t request);
@@ -82,6 +85,9 @@ struct RolloutConfig {
   // advantages and reward statistics are those of the global batch.
   int64_t request_offset = 0;
   Communicator* comm = nullptr;
+  // Tandem rollouts (outputs with a model mask): each completion's loss_weights are
+  // tandem_loss_weights(model mask, tandem_partner_weight).
+  float tandem_partner_weight = 0.2f;
 };
 
 // One generation batch: samples, rewards, advantages and metrics. group_sizes,
@@ -94,9 +100,24 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
                                       const std::vector<int>& group_sizes = {});
 
 // Greedy (or sampled) eval: "eval/accuracy" (mean task score), "eval/reward"
-// (mean weighted reward), "eval/completion_length", "eval/time".
+// (mean weighted reward), "eval/completion_length", "eval/n", "eval/time"; outputs
+// written in tandem add "eval/trained_token_frac".
 Result<MetricList> rollout_eval(Engine& engine, const Environment& env, const RewardComposer& rewards,
                                 const std::vector<PreparedPrompt>& prompts, const SamplingParams& params,
                                 uint64_t seed, EngineService* svc = nullptr, int64_t first_index = 0);
+
+// Eval of a tandem engine: solo first (the trained model alone, the eval/* metrics of
+// rollout_eval), then, with `tandem`, the same prompts written in tandem as
+// eval/tandem/* (accuracy, reward, completion_length, n, trained_token_frac, time).
+// Leaves tandem decoding on. Without a tandem engine this is rollout_eval. svc and
+// first_index as rollout_eval (the service must be paused: switching needs an idle engine).
+Result<MetricList> rollout_eval_solo_tandem(Engine& engine, const Environment& env, const RewardComposer& rewards,
+                                            const std::vector<PreparedPrompt>& prompts, const SamplingParams& params,
+                                            uint64_t seed, bool tandem, EngineService* svc = nullptr,
+                                            int64_t first_index = 0);
+
+// Tandem rollouts: the per-token loss weights w_t = m_t + (1 − m_t)·partner_weight of a
+// completion's model mask (1 = trained model's token).
+std::vector<float> tandem_loss_weights(const std::vector<uint8_t>& model_mask, float partner_weight);
 
 }  // namespace grpo

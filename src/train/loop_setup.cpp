@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "core/log.h"
+#include "engine/speculative.h"
 #include "model/checkpoint.h"
 #include "model/safetensors.h"
 
@@ -88,6 +89,9 @@ MemoryUse memory_use(const LoopRun& r, size_t longest_prompt) {
   m.optimizer = o.m.nbytes() + o.v.nbytes() + o.grad_arena.nbytes() +
                 (o.master.data != r.weights->arena.data ? o.master.nbytes() : 0);
   m.reference = r.trainer.ref ? r.trainer.ref->arena.nbytes() : 0;
+  // A second model in the engine (tandem partner, speculative draft) counts as weights.
+  for (const auto* second : {r.partner.get(), r.draft.get()})
+    if (second) m.weights += second->arena.nbytes();
   m.other = used > m.weights + m.optimizer + m.reference ? used - (m.weights + m.optimizer + m.reference) : 0;
   // Prompts may run longer than the ones seen at setup: x2.
   const int64_t seq_len = int64_t(2 * longest_prompt + 16) + std::max(c.rollout.max_new_tokens, c.eval.max_new_tokens);
@@ -95,6 +99,44 @@ MemoryUse memory_use(const LoopRun& r, size_t longest_prompt) {
   m.activations = train_model_activation_bytes(r.weights->config, r.weights->dtype, micro_tokens,
                                                c.train.activation_recompute);
   return m;
+}
+
+// The frozen partner of tandem training: tandem.partner (or the initial policy again),
+// in the policy's dtype (loaded before the engine's memory budget is set).
+Status tandem_load_partner(LoopRun& r, const ContextOptions& co, DType dt) {
+  auto pw = model_load(r.paths.tandem_partner, co.device, dt, r.ctx.get());
+  if (!pw.ok()) return pw.status().with_context("tandem.partner (" + r.paths.tandem_partner + ")");
+  r.partner = std::make_unique<ModelWeights>(std::move(pw).value());
+  return ok_status();
+}
+
+// The partner checked against the policy (vocabulary, tokenizer, context) and the tandem options.
+Result<EngineTandem> tandem_setup(LoopRun& r, const EngineOptions& eo) {
+  const RunConfig& c = r.cfg;
+  const int max_len = eo.max_model_len > 0 ? eo.max_model_len : r.weights->config.max_position_embeddings;
+  GRPO_TRY(tandem_check_partner(r.weights->config, r.partner->config, max_len));
+  // Same vocabulary means the same token strings, not just the same count.
+  const fs::path pdir(r.paths.tandem_partner);
+  if (!c.tandem.partner.empty() && fs::exists(pdir / "tokenizer.json")) {
+    auto pt = Tokenizer::load(pdir.string());
+    if (!pt.ok()) return pt.status().with_context("tandem.partner tokenizer");
+    const int n = std::max(pt.value().vocab_size(), r.tok->vocab_size());
+    for (int id = 0; id < n; ++id)
+      if (pt.value().token_bytes(id) != r.tok->token_bytes(id))
+        return error_status("tandem.partner = \"" + c.tandem.partner + "\": its tokenizer differs from the run's at id " +
+                            std::to_string(id) + " (\"" + pt.value().token_bytes(id) + "\" vs \"" +
+                            r.tok->token_bytes(id) + "\"); tandem decoding needs one shared vocabulary");
+  }
+  GRPO_TRY(tandem_kv_blocks(r.weights->config, r.weights->dtype, r.partner->config, r.partner->dtype, eo).status());
+  EngineTandem et;
+  et.partner = r.partner.get();
+  et.opt.strategy = c.tandem.strategy;
+  et.opt.p_trained = c.tandem.p_trained;
+  et.opt.chunk_size = int(c.tandem.chunk_size);
+  et.opt.seed = uint64_t(c.tandem.seed);
+  if (et.opt.strategy == TandemStrategy::word) et.opt.token_flags = tandem_word_flags(*r.tok, r.weights->config.vocab_size);
+  GRPO_TRY(et.opt.validate(r.weights->config.vocab_size));
+  return et;
 }
 
 std::string tokenizer_dir(const std::string& p) {
@@ -122,6 +164,15 @@ Status write_run_files(const LoopRun& r, const PreparedPrompt* example) {
                  {"max_model_len", r.engine->max_model_len()}, {"cuda_graphs", eo.use_cuda_graphs},
                  {"prefix_caching", eo.enable_prefix_caching}, {"chunked_prefill", eo.enable_chunked_prefill},
                  {"eos_token_ids", r.engine->eos_token_ids()}};
+  if (r.partner)
+    j["tandem"] = {{"partner", r.paths.tandem_partner}, {"partner_params", r.partner->config.n_params()},
+                   {"strategy", tandem_strategy_name(r.cfg.tandem.strategy)}, {"p_trained", r.cfg.tandem.p_trained},
+                   {"partner_weight", r.cfg.tandem.partner_weight}};
+  if (eo.speculative.enabled())
+    j["speculative"] = {{"method", spec_method_name(eo.speculative.method)},
+                        {"draft_model", eo.speculative.draft_model},
+                        {"num_speculative_tokens", eo.speculative.num_speculative_tokens},
+                        {"adaptive", eo.speculative.adaptive}};
   const TrainSection& t = r.cfg.train;
   j["loss"] = {{"type", loss_type_name(r.trainer.loss.loss_type)}, {"epsilon", t.epsilon},
                {"epsilon_high", t.epsilon_high > 0 ? t.epsilon_high : t.epsilon}, {"beta", t.beta},
@@ -144,8 +195,9 @@ Status write_run_files(const LoopRun& r, const PreparedPrompt* example) {
 
 std::vector<std::string> loop_plot_metrics(const MetricHistory& h) {
   std::vector<std::string> out;
-  for (const char* n : {"reward/mean", "eval/accuracy", "accuracy", "loss", "completion/mean_length", "entropy", "kl",
-                        "grad_norm", "clip_ratio", "logprob_mismatch/max", "eval/reward", "tokens/s"})
+  for (const char* n : {"reward/mean", "eval/accuracy", "eval/tandem/accuracy", "accuracy", "loss",
+                        "completion/mean_length", "entropy", "kl", "grad_norm", "clip_ratio", "logprob_mismatch/max",
+                        "eval/reward", "tandem/trained_token_frac", "tokens/s"})
     if (h.series().count(n)) out.push_back(n);
   return out;
 }
@@ -318,6 +370,14 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   for (const auto* v : {&peek, &r.eval_prompts})
     for (const auto& p : *v) longest = std::max(longest, p.ids.size());
 
+  // Second models in the engine's block tables, loaded first so that the KV budget counts their weights.
+  if (cfg.tandem.enabled) GRPO_TRY(tandem_load_partner(r, co, dt));
+  {
+    const SpeculativeOptions so = cfg.engine.speculative.options();
+    const int max_len = cfg.engine.max_model_len > 0 ? int(cfg.engine.max_model_len)
+                                                    : r.weights->config.max_position_embeddings;
+    GRPO_ASSIGN_OR_RETURN(r.draft, spec_load_draft(so, r.weights->config, max_len, *r.ctx, dt));
+  }
   // The engine runs every sample of a generation batch at once unless engine.max_num_seqs says otherwise.
   const int64_t n_seqs = cfg.rollout.prompts_per_step * cfg.rollout.num_generations;
   const int default_seqs = int(std::clamp<int64_t>(n_seqs, 1, 256));
@@ -331,7 +391,12 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
                   "their logprobs disagree more (logprob_mismatch/*); consider train.importance_sampling = "
                   "\"token_truncate\"", enum_name(kv_cache_dtype_names(), cfg.engine.kv_cache_dtype));
   eo.lora = t.lora.get();
-  r.engine = std::make_unique<Engine>(*r.ctx, *r.weights, r.tok.get(), eo);
+  if (cfg.tandem.enabled) {
+    GRPO_ASSIGN_OR_RETURN(EngineTandem et, tandem_setup(r, eo));
+    r.engine = std::make_unique<Engine>(*r.ctx, *r.weights, r.tok.get(), eo, &et);
+  } else {
+    r.engine = std::make_unique<Engine>(*r.ctx, *r.weights, r.tok.get(), eo, nullptr, r.draft.get());
+  }
 
   SamplingParams& sp = r.rollout_cfg.params;
   sp.n = int(cfg.rollout.num_generations);
@@ -348,6 +413,7 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   GRPO_TRY(sp.validate(r.weights->config.vocab_size).with_context("[rollout]"));
   r.rollout_cfg.seed = uint64_t(cfg.rollout.seed);
   r.rollout_cfg.scale = cfg.train.scale_rewards;
+  r.rollout_cfg.tandem_partner_weight = float(cfg.tandem.partner_weight);
   r.eval_params.n = 1;
   r.eval_params.temperature = cfg.eval.greedy ? 0.f : float(cfg.eval.temperature);
   r.eval_params.max_tokens = int(cfg.eval.max_new_tokens > 0 ? cfg.eval.max_new_tokens : cfg.rollout.max_new_tokens);

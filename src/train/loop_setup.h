@@ -29,6 +29,8 @@ struct LoopRun {
   std::unique_ptr<Tokenizer> tok;
   std::unique_ptr<Environment> env;
   std::unique_ptr<RewardComposer> rewards;
+  std::unique_ptr<ModelWeights> partner;  // tandem.enabled: the frozen partner (outlives the engine)
+  std::unique_ptr<ModelWeights> draft;    // engine.speculative.method = "draft": the draft model (outlives the engine)
   std::unique_ptr<Engine> engine;
   PolicyTrainer trainer;
   PromptFormat format;

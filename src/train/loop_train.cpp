@@ -12,7 +12,7 @@ namespace grpo {
 
 namespace {
 
-GrpoSample sample_of(const RolloutBatch& batch, size_t i) {
+GrpoSample sample_of(const PolicyTrainer& t, const RolloutBatch& batch, size_t i) {
   const Completion& c = batch.completions[i];
   GrpoSample s;
   s.prompt = c.out.prompt_ids;
@@ -21,6 +21,8 @@ GrpoSample sample_of(const RolloutBatch& batch, size_t i) {
   s.truncated = c.truncated;
   s.rollout_logp = c.out.logprobs;
   s.weights = c.loss_weights;
+  // Tandem rollouts: the loss compares with the trained model's logprobs, not the writer's.
+  if (!c.out.model_mask.empty()) s.rollout_logp = c.out.logprobs_trained;
   return s;
 }
 
@@ -57,14 +59,14 @@ Result<MetricList> policy_train_step(PolicyTrainer& t, RolloutBatch& batch, size
     // TRL's old_per_token_logps: one no-grad pass over the whole generation
     // batch while the weights are still those that sampled it.
     std::vector<GrpoSample> all;
-    for (size_t i = 0; i < batch.completions.size(); ++i) all.push_back(sample_of(batch, i));
+    for (size_t i = 0; i < batch.completions.size(); ++i) all.push_back(sample_of(t, batch, i));
     auto old = compute_logprobs(ctx, t.model, *t.w, all, micro_options(t, end - begin));
     if (!old.ok()) return old.status().with_context("old logprobs of the generation batch");
     batch.old_logp = std::move(old).value();
   }
   std::vector<GrpoSample> samples;
   for (size_t i = begin; i < end; ++i) {
-    samples.push_back(sample_of(batch, i));
+    samples.push_back(sample_of(t, batch, i));
     if (use_old_logp) samples.back().old_logp = batch.old_logp[i];
   }
   GrpoStepOptions so;

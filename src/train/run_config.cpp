@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/log.h"
+#include "engine/speculative.h"
 #include "kernels/validate.h"
 #include "env/arithmetic.h"
 #include "env/dataset.h"
@@ -192,6 +193,15 @@ Status RunConfig::validate() const {
   c.require(!eval.early_stopping_metric.empty(), "eval.early_stopping_metric", eval.early_stopping_metric, "must not be empty");
   c.require(eval.early_stopping_min_delta >= 0, "eval.early_stopping_min_delta", eval.early_stopping_min_delta, "must be >= 0");
 
+  c.require(tandem.p_trained >= 0 && tandem.p_trained <= 1, "tandem.p_trained", tandem.p_trained, "must be in [0, 1]");
+  c.require(tandem.chunk_size >= 1, "tandem.chunk_size", tandem.chunk_size, "must be >= 1");
+  c.require(tandem.partner_weight >= 0, "tandem.partner_weight", tandem.partner_weight,
+            "must be >= 0 (0: partner tokens carry no loss; 1: as much as the trained model's)");
+  c.require(tandem.seed >= 0, "tandem.seed", tandem.seed, "must be >= 0");
+  c.require(!tandem.enabled || engine.speculative.method == SpecMethod::off, "engine.speculative.method",
+            std::string(spec_method_name(engine.speculative.method)),
+            "speculative decoding cannot be combined with tandem decoding (tandem.enabled = true); set it to \"off\"");
+
   c.require(dist.zero_stage == 0 || dist.zero_stage == 1, "dist.zero_stage", dist.zero_stage,
             "must be 0 (replicated optimizer) or 1 (ZeRO-1: sharded optimizer state)");
   c.require(dist.bucket_mb > 0, "dist.bucket_mb", dist.bucket_mb, "must be > 0");
@@ -263,6 +273,15 @@ Result<RunPaths> run_config_resolve_paths(const RunConfig& cfg, const std::strin
   }
   p.tokenizer = cfg.model.tokenizer.empty() ? cfg.model.path : cfg.model.tokenizer;
   if (!cfg.model.tokenizer.empty()) GRPO_TRY(need("model.tokenizer", cfg.model.tokenizer));
+  if (cfg.tandem.enabled) {
+    if (!cfg.tandem.partner.empty()) {
+      GRPO_TRY(need("tandem.partner", cfg.tandem.partner));
+      if (!fs::exists(fs::path(cfg.tandem.partner) / "config.json"))
+        return error_status("tandem.partner = \"" + cfg.tandem.partner +
+                            "\": no config.json there (point it at a Hugging Face checkpoint directory)");
+    }
+    p.tandem_partner = cfg.tandem.partner.empty() ? p.model : cfg.tandem.partner;
+  }
   if (cfg.data.env == "gsm8k") {
     p.train_data = cfg.data.train_path.empty() ? (fs::path(data_root) / "data/gsm8k/train.jsonl").string() : cfg.data.train_path;
     p.eval_data = cfg.data.eval_path.empty() ? (fs::path(data_root) / "data/gsm8k/test.jsonl").string() : cfg.data.eval_path;

@@ -19,6 +19,7 @@
 #include "core/log.h"
 #include "core/status.h"
 #include "engine/engine_config.h"
+#include "engine/tandem.h"
 #include "env/arithmetic.h"
 #include "env/environment.h"
 #include "env/jsonl.h"
@@ -131,6 +132,18 @@ struct TrainSection {
   int64_t max_consecutive_skipped_steps = 10;
 };
 
+// Tandem training (docs/tandem.md): a frozen partner writes part of every rollout.
+struct TandemSection {
+  bool enabled = false;
+  std::string partner;            // HF checkpoint dir with the same vocabulary; empty: a frozen copy of the initial policy
+  TandemStrategy strategy = TandemStrategy::word;  // token | chunk | word (who writes the next token; see engine/tandem.h)
+  double p_trained = 0.5;         // probability that a draw picks the trained model
+  int64_t chunk_size = 16;        // k of strategy "chunk"
+  double partner_weight = 0.2;    // loss weight of partner tokens: w = mask + (1 - mask) * partner_weight
+  int64_t seed = 0;               // mixed with each sample's key: a seed reproduces the masks
+  bool eval_tandem = true;        // eval also runs in tandem (eval/tandem/*) besides solo (eval/*)
+};
+
 struct EvalSection {
   int64_t every = 0;            // steps between evals; 0 = off
   bool at_start = true;         // also evaluate before the first step
@@ -237,6 +250,7 @@ struct RunConfig {
   TrainSection train;
   std::vector<RewardSpec> reward = {{"correct", 1.0}};  // [[reward]] entries replace this default
   EvalSection eval;
+  TandemSection tandem;
   CheckpointSection checkpoint;
   LogSection log;
   CurriculumSection curriculum;
@@ -263,6 +277,7 @@ Status run_config_set(RunConfig* cfg, const std::string& assignment);
 // Paths derived from a config; the config itself is never rewritten.
 struct RunPaths {
   std::string model, tokenizer, train_data, eval_data, output_dir;
+  std::string tandem_partner;  // tandem.enabled: tandem.partner, or model when empty
 };
 // Fills defaults (gsm8k -> data/gsm8k/*.jsonl under data_root, default ".")
 // and checks that every input exists: an error names the key and the path.

@@ -80,7 +80,8 @@ TEST(TrainConfig, PrintConfigShowsOverrides) {
 
 TEST(TrainConfig, ExampleConfigsParse) {
   for (const char* name : {"default.toml", "gsm8k-qwen2.5.toml", "bench-qwen2.5-0.5b.toml", "bench-qwen3-0.6b.toml",
-                           "inference-aware.toml", "gsm8k-curriculum-qwen2.5.toml"}) {
+                           "inference-aware.toml", "gsm8k-curriculum-qwen2.5.toml",
+                           "tandem.toml", "gsm8k-tandem-qwen2.5.toml"}) {
     const std::string p = std::string(GRPO_SOURCE_DIR) + "/examples/" + name;
     auto text = read_file(p);
     ASSERT_TRUE(text.ok()) << p;
@@ -187,13 +188,47 @@ TEST(GenerateCli, EngineFlags) {
   EXPECT_NE(on_cpu.output.find("CUDA graphs need a CUDA device"), std::string::npos) << on_cpu.output;
 }
 
+// The speculative flags are engine flags too ([engine.speculative] keys, validated with flag names).
+TEST(GenerateCli, SpeculativeFlags) {
+  const std::string model = std::string(GRPO_SOURCE_DIR) + "/models/arith-tiny";
+  const std::string base = "generate --model " + model + " --ids 1,2,3,1,2,3 --max-tokens 6 --temperature 0 ";
+  CmdResult plain = run_grpo(base);
+  ASSERT_EQ(plain.code, 0) << plain.output;
+  CmdResult ng = run_grpo(base + "--spec ngram --num-speculative-tokens 3 --ngram-min 1 --ngram-max 3 --no-adaptive-spec");
+  ASSERT_EQ(ng.code, 0) << ng.output;
+  EXPECT_NE(ng.output.find("[generate] speculative ngram:"), std::string::npos) << ng.output;
+  // Same completion as plain decoding (the line before "[finish: ...]").
+  auto completion = [](const std::string& out) {
+    const size_t f = out.find("[finish:");
+    if (f == std::string::npos || f == 0) return std::string();
+    const size_t b = out.rfind('\n', f - 2);
+    return out.substr(b == std::string::npos ? 0 : b + 1, f - (b == std::string::npos ? 0 : b + 1));
+  };
+  EXPECT_FALSE(completion(plain.output).empty()) << plain.output;
+  EXPECT_EQ(completion(plain.output), completion(ng.output));
+  CmdResult draft = run_grpo(base + "--spec draft --draft-model " + model + " --k 2");
+  ASSERT_EQ(draft.code, 0) << draft.output;
+  EXPECT_NE(draft.output.find("[generate] speculative draft:"), std::string::npos) << draft.output;
+  CmdResult no_draft = run_grpo(base + "--spec draft");
+  EXPECT_EQ(no_draft.code, 1);
+  EXPECT_NE(no_draft.output.find("--draft-model"), std::string::npos) << no_draft.output;
+  CmdResult bad_k = run_grpo(base + "--spec ngram --k 0");
+  EXPECT_EQ(bad_k.code, 1);
+  EXPECT_NE(bad_k.output.find("--num-speculative-tokens = 0: must be in [1, 16]"), std::string::npos) << bad_k.output;
+  CmdResult bad_m = run_grpo(base + "--spec eagle");
+  EXPECT_NE(bad_m.code, 0);
+  EXPECT_NE(bad_m.output.find("'eagle' is not one of off, draft, ngram"), std::string::npos) << bad_m.output;
+}
+
 TEST(TrainCli, ListKeysShowsEngineKeysAndAllowedValues) {
   CmdResult r = run_grpo("train --list-keys");
   ASSERT_EQ(r.code, 0) << r.output;
   for (const char* line : {"engine.block_size\n", "engine.gpu_memory_utilization\n", "engine.kv_cache_mib\n",
                            "engine.cuda_graphs  (auto, on, off)\n", "engine.kv_cache_dtype  (auto, fp8, fp8_e4m3)\n",
                            "rollout.ignore_eos\n", "rollout.min_new_tokens\n", "train.activation_recompute\n",
-                           "train.micro_batch_tokens\n", "train.lr_schedule  (constant, linear, cosine)\n"})
+                           "train.micro_batch_tokens\n", "train.lr_schedule  (constant, linear, cosine)\n",
+                           "engine.speculative.method  (off, draft, ngram)\n", "engine.speculative.draft_model\n",
+                           "tandem.strategy  (token, chunk, word)\n"})
     EXPECT_NE(r.output.find(line), std::string::npos) << line << r.output;
   EXPECT_EQ(r.output.find("rollout.kv_cache_dtype"), std::string::npos);
 }

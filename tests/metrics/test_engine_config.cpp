@@ -139,6 +139,50 @@ TEST(EngineConfig, BadValuesNameTheKey) {
   expect_error("[train]\nmicro_batch_tokens = 0\n", {"train.micro_batch_tokens = 0: must be >= 1"});
 }
 
+ModelConfig small_model();
+
+TEST(EngineConfig, SpeculativeKeys) {
+  auto r = run_config_parse("[engine.speculative]\nmethod = \"ngram\"\nnum_speculative_tokens = 6\nngram_min = 2\n"
+                            "ngram_max = 5\nadaptive = false\nprobe_every = 8\n",
+                            "cfg.toml");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const SpeculativeConfig& sp = r->engine.speculative;
+  EXPECT_EQ(sp.method, SpecMethod::ngram);
+  EXPECT_EQ(sp.num_speculative_tokens, 6);
+  EXPECT_EQ(sp.ngram_min, 2);
+  EXPECT_EQ(sp.ngram_max, 5);
+  EXPECT_FALSE(sp.adaptive);
+  EXPECT_EQ(sp.probe_every, 8);
+  auto j = run_config_to_json(*r);
+  EXPECT_EQ(j["engine"]["speculative"]["method"], "ngram");
+  auto back = run_config_parse(run_config_to_toml(*r), "dumped.toml");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(run_config_to_json(*back), j);
+  EXPECT_EQ(RunConfig{}.engine.speculative.method, SpecMethod::off);
+  EXPECT_EQ(run_config_key_values("engine.speculative.method"), "off, draft, ngram");
+  // The options the engine gets.
+  const SpeculativeOptions o = sp.options();
+  EXPECT_EQ(o.method, SpecMethod::ngram);
+  EXPECT_EQ(o.num_speculative_tokens, 6);
+  EXPECT_FALSE(o.adaptive);
+  auto eo = engine_options_from_config(r->engine, Device::cpu, small_model(), DType::f32, {}, 8);
+  ASSERT_TRUE(eo.ok()) << eo.status().message();
+  EXPECT_EQ(eo->speculative.method, SpecMethod::ngram);
+  EXPECT_EQ(eo->speculative.ngram_max, 5);
+  // Errors name the key.
+  expect_error("", {"engine.speculative.method = \"eagle\": must be one of off, draft, ngram"},
+               {"engine.speculative.method=eagle"});
+  expect_error("", {"engine.speculative.draft_model", "required with speculative.method = \"draft\""},
+               {"engine.speculative.method=draft"});
+  expect_error("", {"engine.speculative.draft_model", "is set but speculative.method = \"off\""},
+               {"engine.speculative.draft_model=/tmp/x"});
+  expect_error("", {"engine.speculative.num_speculative_tokens = 0: must be in [1, 16]"},
+               {"engine.speculative.method=ngram", "engine.speculative.num_speculative_tokens=0"});
+  expect_error("", {"engine.speculative.ngram_min = 3"},
+               {"engine.speculative.method=ngram", "engine.speculative.ngram_min=3", "engine.speculative.ngram_max=2"});
+  expect_error("", {"tandem.enabled", "cannot be combined"}, {"tandem.enabled=true", "engine.speculative.method=ngram"});
+}
+
 // A small Llama-shaped config for the arithmetic below.
 ModelConfig small_model() {
   ModelConfig c;

@@ -1,0 +1,177 @@
+// Engine::step with speculative decoding (engine/speculative.h): plan drafts, schedule,
+// propose, verify in one target forward, commit the accepted run and roll back the rest.
+#include <algorithm>
+#include <unordered_set>
+
+#include "core/check.h"
+#include "core/timer.h"
+#include "engine/engine.h"
+
+namespace grpo {
+
+std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* events) {
+  std::vector<RequestOutput> done;
+  const SpeculativeOptions& so = opt_.speculative;
+
+  // 1. Plan: decode-ready running sequences get k draft slots (n-gram: the proposal
+  // itself; draft model: placeholders filled after scheduling), within the step's token
+  // budget and the blocks left after every running sequence's plain next token, so that
+  // drafting never preempts or chunks anything.
+  int pending = 0, n_ready = 0, spare_blocks = blocks_->n_free();
+  for (const Sequence* s : scheduler_->running()) {
+    pending += s->n_total() - s->n_computed;
+    n_ready += s->n_computed == s->n_total() - 1;
+    spare_blocks -= std::max(0, blocks_->blocks_for(s->n_total()) - int(s->table.blocks.size()));
+  }
+  int spare_tokens = opt_.max_num_batched_tokens - pending;
+  const int k_step = so.adaptive ? adapt_->choose(n_ready, draft_ != nullptr) : so.num_speculative_tokens;
+  std::vector<Sequence*> planned;
+  for (Sequence* s : scheduler_->running()) {
+    if (k_step <= 0 || spare_tokens <= 0) break;
+    if (s->n_computed != s->n_total() - 1) continue;
+    // Drafts past the length limit could never be emitted.
+    const int room = std::min(s->params.max_tokens - s->n_completion(), s->max_total - s->n_total()) - 1;
+    int k = std::min({k_step, room, spare_tokens});
+    if (k <= 0) continue;
+    std::vector<int32_t> prop;
+    if (so.method == SpecMethod::ngram) {
+      prop = spec_ngram_propose(s->tokens, so.ngram_min, so.ngram_max, k);
+      k = int(prop.size());
+    }
+    const int held = std::max(int(s->table.blocks.size()), blocks_->blocks_for(s->n_total()));
+    while (k > 0 && blocks_->blocks_for(s->n_total() + k) - held > spare_blocks) --k;
+    if (k <= 0) continue;
+    spare_blocks -= blocks_->blocks_for(s->n_total() + k) - held;
+    spare_tokens -= k;
+    if (prop.empty()) prop.assign(size_t(k), 0);
+    s->tokens.insert(s->tokens.end(), prop.begin(), prop.begin() + k);
+    s->n_spec = k;
+    planned.push_back(s);
+  }
+
+  auto strip = [](Sequence* s) {
+    if (s->n_spec == 0) return;
+    s->tokens.resize(size_t(s->n_total() - s->n_spec));
+    s->n_spec = 0;
+  };
+  SchedulerOutput out = scheduler_->schedule();
+  auto after_schedule = [&](const SchedulerOutput& o) {
+    std::unordered_set<const Sequence*> in_step;
+    for (const ScheduledSeq& ss : o.seqs) in_step.insert(ss.seq);
+    for (Sequence* s : planned)
+      if (!in_step.count(s)) strip(s);
+    for (Sequence* s : o.preempted) s->draft_lag = 0;  // its K/V is gone from both pools
+  };
+  after_schedule(out);
+  if (out.empty() && !out.preempted.empty()) {
+    out = scheduler_->schedule();  // admissions wait a pass after preemption
+    after_schedule(out);
+  }
+  if (out.empty()) {
+    GRPO_CHECK_MSG(!scheduler_->has_work(), "engine: requests are queued but none can be scheduled");
+    return done;
+  }
+  for (ScheduledSeq& ss : out.seqs) {
+    if (ss.seq->n_spec == 0) continue;
+    GRPO_CHECK_MSG(ss.sample && ss.n_new == ss.seq->n_spec + 1, "engine: a speculative range was cut by the scheduler");
+    ss.n_extra_logits = ss.seq->n_spec;
+    out.n_sampled += ss.seq->n_spec;
+  }
+
+  double now = now_seconds();
+  for (const auto& ss : out.seqs)
+    if (ss.seq->t_first_scheduled < 0) ss.seq->t_first_scheduled = now;
+
+  // 2. Proposals of the draft model (also keeps its pool in step with the target's).
+  if (draft_)
+    draft_->propose(out, [&](const Sequence& s, int j) {
+      RowSampling r = row_sampling(s, s.n_completion() - s.n_spec + j);
+      r.n_top = 0;
+      return r;
+    });
+
+  // 3. Verify: the target samples every position of each range with plain decoding's counters.
+  std::vector<RowSampling> rows;
+  std::vector<int> old_nc;
+  for (const auto& ss : out.seqs) {
+    old_nc.push_back(ss.seq->n_computed);
+    if (!ss.sample) continue;
+    const int c0 = ss.seq->n_completion() - ss.seq->n_spec;
+    for (int j = 0; j <= ss.seq->n_spec; ++j) rows.push_back(row_sampling(*ss.seq, c0 + j));
+  }
+  std::vector<SampledRow> sampled;
+  const double t0 = now_seconds();
+  runner_->execute(out, rows, sampled);
+  adapt_->target.add(double(out.n_tokens), now_seconds() - t0);
+  scheduler_->on_step_done(out);
+  ++stats_.steps;
+  stats_.tokens_computed += out.n_tokens;
+  stats_.preemptions = scheduler_->n_preemptions();
+  stats_.graph_replays = runner_->n_graph_replays();
+  bool any_spec = false;
+
+  // 4. Commit the accepted run plus the target's own next sample; roll back the rest.
+  now = now_seconds();
+  size_t r = 0;
+  for (size_t i = 0; i < out.seqs.size(); ++i) {
+    const ScheduledSeq& ss = out.seqs[i];
+    Sequence& s = *ss.seq;
+    if (!ss.sample) {
+      s.draft_lag = 0;  // the draft computed the same chunk
+      continue;
+    }
+    const int k = s.n_spec;
+    if (s.n_completion() - k == 0) stats_.prefix_hit_tokens += s.prefix_hit_tokens;
+    ++s.engine_steps;
+    std::vector<int32_t> drafts(s.tokens.end() - k, s.tokens.end());
+    strip(&s);
+    int acc = 0;
+    while (acc < k && sampled[r + size_t(acc)].token == drafts[size_t(acc)]) ++acc;
+    int emitted = 0;
+    TokenEvent* ev = nullptr;  // the last emitted token's (events only)
+    for (int j = 0; j <= acc; ++j) {
+      on_token(s, sampled[r + size_t(j)], now);
+      ++emitted;
+      ++stats_.tokens_generated;
+      ev = add_event(s, sampled[r + size_t(j)], events);
+      if (s.finish != FinishReason::none) break;
+      after_token(s, ev, now, done);  // streams the text that became final
+    }
+    r += size_t(k) + 1;
+    if (k > 0) {
+      any_spec = true;
+      const int acc_emitted = std::min(acc, emitted);
+      s.spec_proposed += k;
+      s.spec_accepted += acc_emitted;
+      if (int(s.spec_proposed_by_pos.size()) < k) {
+        s.spec_proposed_by_pos.resize(size_t(k), 0);
+        s.spec_accepted_by_pos.resize(size_t(k), 0);
+      }
+      for (int j = 0; j < k; ++j) ++s.spec_proposed_by_pos[size_t(j)];
+      for (int j = 0; j < acc_emitted; ++j) ++s.spec_accepted_by_pos[size_t(j)];
+      stats_.spec_proposed += k;
+      stats_.spec_accepted += acc_emitted;
+      adapt_->observe(k, acc);
+    }
+    if (s.finish != FinishReason::none) {
+      after_token(s, ev, now, done);  // s is gone from here
+      continue;
+    }
+    if (k == 0) {
+      s.draft_lag = 0;  // the draft computed the same range
+      continue;
+    }
+    // K/V is valid for the committed tokens before the last one (which the next step computes).
+    s.n_computed = old_nc[i] + emitted;
+    GRPO_CHECK(s.n_computed == s.n_total() - 1);
+    // The draft wrote positions up to old_nc + k − 1 (round 1 up to the last committed
+    // token, then d_1..d_{k−1}); when all k drafts were accepted d_k still lacks its K/V.
+    s.draft_lag = draft_ ? std::max(0, s.n_computed - (old_nc[i] + k)) : 0;
+    blocks_->truncate(s.table, s.n_total());
+  }
+  GRPO_CHECK(r == sampled.size());
+  if (any_spec) ++stats_.spec_steps;
+  return done;
+}
+
+}  // namespace grpo

@@ -1,0 +1,305 @@
+// Speculative decoding on the CPU (engine/speculative.h): the target is stories260K;
+// drafts are the target itself (acceptance bound), a randomly initialised tiny-llama
+// with the same vocabulary (a genuinely different model) and prompt lookup (n-gram).
+// The reference is the plain engine (no drafting) with the same options, whose sampler
+// and greedy path are checked against independent references in test_engine.cpp: every
+// speculative run must reproduce its tokens and raw/processed logprobs exactly, greedy
+// and sampled (top-k / top-p / min-p), with preemption and prefix-cache hits.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "engine/engine.h"
+#include "engine/speculative.h"
+#include "engine_test_util.h"
+#include "model/presets.h"
+
+using namespace grpo;
+using namespace grpo::test;
+
+namespace {
+
+EngineOptions opts() {
+  EngineOptions o;
+  o.block_size = 4;
+  o.n_kv_blocks = 512;
+  o.max_num_seqs = 16;
+  o.max_num_batched_tokens = 96;
+  return o;
+}
+
+const ModelWeights& random_draft() {
+  static ModelWeights* p = [] {
+    PresetOverrides ov;
+    ov.vocab_size = stories().w.config.vocab_size;
+    auto cfg = preset_config("tiny-llama", ov);
+    GRPO_CHECK_MSG(cfg.ok(), cfg.status().message().c_str());
+    ModelConfig c = cfg.value();
+    c.initializer_range = 0.3f;
+    c.max_position_embeddings = stories().w.config.max_position_embeddings;
+    auto* w = new ModelWeights(weights_allocate(c, Device::cpu, DType::f32));
+    weights_init_random(*w, 91);
+    return w;
+  }();
+  return *p;
+}
+
+std::vector<std::vector<int32_t>> prompts() {
+  const auto g = read_ids(stories_dir() + "/golden_greedy_t0_200steps.ids.txt");
+  std::vector<std::vector<int32_t>> ps;
+  ps.push_back({1, g[1], g[2], g[3], g[4]});
+  std::vector<int32_t> p2 = {1};
+  p2.insert(p2.end(), g.begin() + 30, g.begin() + 50);
+  ps.push_back(p2);
+  ps.push_back({1, g[60]});
+  return ps;
+}
+
+SamplingParams params(float temperature, int max_tokens, uint64_t seed, int n = 1) {
+  SamplingParams p;
+  p.temperature = temperature;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  p.seed = seed;
+  p.n = n;
+  return p;
+}
+
+struct SpecRun {
+  std::vector<RequestOutput> out;
+  EngineStats stats;
+};
+
+SpecRun run(const EngineOptions& eo, const SamplingParams& p, const ModelWeights* draft = nullptr) {
+  ContextOptions co;
+  co.deterministic = true;
+  Context ctx(co);
+  Engine eng(ctx, stories().w, stories().tok.get(), eo, nullptr, draft);
+  auto out = eng.generate(prompts(), p);
+  GRPO_CHECK_MSG(out.ok(), out.status().message().c_str());
+  return {std::move(out).value(), eng.stats()};
+}
+
+EngineOptions spec(EngineOptions eo, SpecMethod m, int k, bool adaptive = false) {
+  eo.speculative.method = m;
+  eo.speculative.num_speculative_tokens = k;
+  eo.speculative.adaptive = adaptive;
+  return eo;
+}
+
+void expect_same(const SpecRun& plain, const SpecRun& sp, const char* label) {
+  ASSERT_EQ(plain.out.size(), sp.out.size()) << label;
+  for (size_t i = 0; i < plain.out.size(); ++i) {
+    const RequestOutput &a = plain.out[i], &b = sp.out[i];
+    EXPECT_EQ(a.completion_ids, b.completion_ids) << label << " output " << i;
+    EXPECT_EQ(a.finish_reason, b.finish_reason) << label << " output " << i;
+    EXPECT_EQ(a.text, b.text) << label << " output " << i;
+    ASSERT_EQ(a.logprobs_raw.size(), b.logprobs_raw.size()) << label;
+    for (size_t t = 0; t < a.logprobs_raw.size(); ++t) {
+      // Verify rows come out of a multi-token chunk; fp32 CPU kernels are batch-invariant
+      // in deterministic mode, so logits (and so logprobs) should match to rounding.
+      EXPECT_NEAR(a.logprobs_raw[t], b.logprobs_raw[t], 1e-5) << label << " output " << i << " token " << t;
+      EXPECT_NEAR(a.logprobs_processed[t], b.logprobs_processed[t], 1e-5) << label << " output " << i << " token " << t;
+    }
+  }
+}
+
+}  // namespace
+
+TEST(Speculative, NgramProposesWhatFollowedTheMostRecentLongestMatch) {
+  // suffix "7 8" last occurred at 4..5 (followed by 1 2), earlier at 0..1 (followed by 9).
+  const std::vector<int32_t> t = {7, 8, 9, 5, 7, 8, 1, 2, 3, 7, 8};
+  EXPECT_EQ(spec_ngram_propose(t, 1, 3, 3), (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(spec_ngram_propose(t, 1, 3, 1), (std::vector<int32_t>{1}));
+  // Only a 1-gram matches: "4" never occurred before; "x 4" neither.
+  EXPECT_TRUE(spec_ngram_propose({1, 2, 3, 4}, 1, 3, 2).empty());
+  EXPECT_EQ(spec_ngram_propose({5, 6, 5}, 1, 2, 4), (std::vector<int32_t>{6, 5}));
+  // ngram_min above every matching length: nothing.
+  EXPECT_TRUE(spec_ngram_propose({5, 6, 5}, 2, 3, 4).empty());
+}
+
+TEST(Speculative, GreedyEqualsPlainForEveryProposer) {
+  const SamplingParams p = params(0.f, 40, 1);
+  const SpecRun plain = run(opts(), p);
+  const SpecRun copy = run(spec(opts(), SpecMethod::draft, 4), p, &stories().w);
+  expect_same(plain, copy, "draft = target");
+  const SpecRun rnd = run(spec(opts(), SpecMethod::draft, 3), p, &random_draft());
+  expect_same(plain, rnd, "random draft");
+  const SpecRun ng = run(spec(opts(), SpecMethod::ngram, 5), p);
+  expect_same(plain, ng, "ngram");
+  EXPECT_GT(copy.stats.spec_proposed, 0);
+  EXPECT_GT(ng.stats.spec_proposed, 0);
+  EXPECT_GT(rnd.stats.spec_proposed, 0);
+}
+
+TEST(Speculative, SampledOutputsEqualPlainDecodingWithFilters) {
+  for (int variant = 0; variant < 3; ++variant) {
+    SamplingParams p = params(variant == 0 ? 1.f : 0.8f, 32, 11 + uint64_t(variant), 2);
+    if (variant == 1) p.top_k = 20;
+    if (variant == 2) {
+      p.top_p = 0.9f;
+      p.min_p = 0.05f;
+    }
+    const SpecRun plain = run(opts(), p);
+    expect_same(plain, run(spec(opts(), SpecMethod::draft, 4), p, &stories().w), "draft = target");
+    expect_same(plain, run(spec(opts(), SpecMethod::draft, 2), p, &random_draft()), "random draft");
+    expect_same(plain, run(spec(opts(), SpecMethod::ngram, 3), p), "ngram");
+    expect_same(plain, run(spec(opts(), SpecMethod::ngram, 3, /*adaptive=*/true), p), "ngram adaptive");
+  }
+}
+
+TEST(Speculative, IdenticalDraftIsAlwaysAcceptedAndTelemetryCounts) {
+  for (float temp : {0.f, 1.f}) {
+    const SpecRun r = run(spec(opts(), SpecMethod::draft, 4), params(temp, 40, 5), &stories().w);
+    for (const RequestOutput& o : r.out) {
+      const RequestTelemetry& tm = o.telemetry;
+      EXPECT_GT(tm.spec_proposed, 0);
+      EXPECT_EQ(tm.spec_accepted, tm.spec_proposed) << "T = " << temp;
+      EXPECT_DOUBLE_EQ(tm.spec_acceptance_rate, 1.0);
+      ASSERT_EQ(tm.spec_accepted_by_pos.size(), 4u);
+      EXPECT_EQ(tm.spec_accepted_by_pos, tm.spec_proposed_by_pos);
+      int64_t sum = 0;
+      for (int64_t v : tm.spec_accepted_by_pos) sum += v;
+      EXPECT_EQ(sum, tm.spec_accepted);
+      // The prefill step emits one token; every later step k + 1 = 5, except where the
+      // length limit cut the drafts.
+      EXPECT_EQ(tm.engine_steps, 1 + (39 + 4) / 5) << "T = " << temp;
+      EXPECT_EQ(tm.generated_tokens, 40);
+    }
+  }
+  const SpecRun plain = run(opts(), params(1.f, 40, 5));
+  for (const RequestOutput& o : plain.out) {
+    EXPECT_EQ(o.telemetry.engine_steps, 40);
+    EXPECT_EQ(o.telemetry.spec_proposed, 0);
+  }
+}
+
+TEST(Speculative, RandomDraftAcceptanceIsCountedPerPosition) {
+  const SpecRun r = run(spec(opts(), SpecMethod::draft, 3), params(1.f, 40, 9), &random_draft());
+  for (const RequestOutput& o : r.out) {
+    const RequestTelemetry& tm = o.telemetry;
+    ASSERT_EQ(tm.spec_proposed_by_pos.size(), 3u);
+    int64_t acc = 0;
+    for (size_t j = 0; j < 3; ++j) {
+      acc += tm.spec_accepted_by_pos[j];
+      EXPECT_LE(tm.spec_accepted_by_pos[j], tm.spec_proposed_by_pos[j]);
+      if (j > 0) EXPECT_LE(tm.spec_accepted_by_pos[j], tm.spec_accepted_by_pos[j - 1]);  // a run stops at a miss
+    }
+    EXPECT_EQ(acc, tm.spec_accepted);
+    EXPECT_LT(tm.spec_acceptance_rate, 1.0);
+    EXPECT_EQ(tm.engine_steps + tm.spec_accepted, tm.generated_tokens);
+  }
+}
+
+TEST(Speculative, RollbackWithPreemptionAndPrefixCacheMatchesPlain) {
+  EngineOptions eo = opts();
+  eo.n_kv_blocks = 40;  // 3 prompts x 4 samples cannot all hold 60 tokens: preemption
+  eo.max_num_batched_tokens = 32;
+  const SamplingParams p = params(1.f, 48, 21, 4);
+  const SpecRun plain = run(eo, p);
+  ASSERT_GT(plain.stats.preemptions, 0) << "the pool should force preemption";
+  const SpecRun d = run(spec(eo, SpecMethod::draft, 4), p, &stories().w);
+  expect_same(plain, d, "draft = target, preempting");
+  EXPECT_GT(d.stats.preemptions, 0);
+  EXPECT_GT(d.stats.prefix_hit_tokens, 0);
+  expect_same(plain, run(spec(eo, SpecMethod::draft, 3), p, &random_draft()), "random draft, preempting");
+  expect_same(plain, run(spec(eo, SpecMethod::ngram, 4), p), "ngram, preempting");
+}
+
+TEST(Speculative, StopIdsInsideAnAcceptedRunEndTheSampleExactly) {
+  const SamplingParams base = params(0.f, 40, 1);
+  const SpecRun plain = run(opts(), base);
+  // Stop on the 7th completion token of the first prompt: an identical draft proposes it
+  // in the middle of a run of accepted tokens.
+  SamplingParams p = base;
+  p.stop_token_ids = {plain.out[0].completion_ids[6]};
+  const SpecRun a = run(opts(), p);
+  const SpecRun b = run(spec(opts(), SpecMethod::draft, 4), p, &stories().w);
+  expect_same(a, b, "stop id");
+  EXPECT_EQ(b.out[0].finish_reason, FinishReason::stop);
+  if (stories().tok) {
+    SamplingParams q = base;
+    q.stop = {stories().tok->decode({plain.out[1].completion_ids[9]})};
+    const SpecRun c = run(opts(), q), d2 = run(spec(opts(), SpecMethod::ngram, 4), q);
+    expect_same(c, d2, "stop string");
+  }
+}
+
+TEST(Speculative, AdaptiveKeepsOutputsAndTurnsOffForARandomDraft) {
+  const SamplingParams p = params(1.f, 64, 3);
+  const SpecRun plain = run(opts(), p);
+  const SpecRun r = run(spec(opts(), SpecMethod::draft, 4, /*adaptive=*/true), p, &random_draft());
+  expect_same(plain, r, "adaptive random draft");
+  SpecAdaptive a(4, 32);
+  for (int i = 0; i < 8; ++i) {  // a plain step costs 1 ms at any size; a draft step 0.5 ms
+    a.target.add(3 + i, 1e-3);
+    a.draft.add(3 + i, 0.5e-3);
+  }
+  for (int i = 0; i < 200; ++i) a.observe(4, 0);  // never accepted
+  EXPECT_EQ(a.choose(8, true), 0);
+  for (int i = 0; i < 400; ++i) a.observe(4, 4);  // always accepted: forwards cost the same, so draft
+  EXPECT_EQ(a.choose(8, false), 4);
+}
+
+TEST(Speculative, ConfigErrorsNameTheKey) {
+  SpeculativeOptions o;
+  o.method = SpecMethod::ngram;
+  o.num_speculative_tokens = 0;
+  EXPECT_NE(o.validate().message().find("engine.speculative.num_speculative_tokens"), std::string::npos);
+  o.num_speculative_tokens = 3;
+  o.ngram_min = 3;
+  o.ngram_max = 2;
+  EXPECT_NE(o.validate().message().find("ngram_min"), std::string::npos);
+  EXPECT_FALSE(spec_method_from_string("eagle").ok());
+  EXPECT_NE(spec_method_from_string("eagle").status().message().find("engine.speculative.method"), std::string::npos);
+  ModelConfig a, b;
+  a.vocab_size = 512;
+  b.vocab_size = 513;
+  EXPECT_NE(spec_check_draft(a, b, 64).message().find("vocab_size"), std::string::npos);
+}
+
+// Engine::step's token events (grpo serve's streaming) under speculative decoding:
+// several tokens per step each get an event, in order, and a sample's text deltas
+// add up to its final text (stop strings included); abort_request frees a request.
+TEST(Speculative, TokenEventsAndAbort) {
+  for (SpecMethod m : {SpecMethod::draft, SpecMethod::ngram}) {
+    SCOPED_TRACE(spec_method_name(m));
+    ContextOptions co;
+    co.deterministic = true;
+    Context ctx(co);
+    Engine eng(ctx, stories().w, stories().tok.get(), spec(opts(), m, 4), nullptr,
+               m == SpecMethod::draft ? &stories().w : nullptr);
+    SamplingParams p = params(0.f, 40, 3, 2);
+    p.stop = {"the"};
+    std::vector<int64_t> ids;
+    for (const auto& pr : prompts()) ids.push_back(eng.add_request(pr, p).value());
+    const int64_t gone = eng.add_request(prompts()[0], params(0.f, 40, 4)).value();
+    EXPECT_TRUE(eng.abort_request(gone));
+    EXPECT_FALSE(eng.abort_request(gone));
+    std::map<std::pair<int64_t, int>, std::string> text;
+    std::map<std::pair<int64_t, int>, std::vector<int32_t>> toks;
+    std::vector<RequestOutput> done;
+    int64_t multi = 0;
+    while (eng.has_unfinished()) {
+      std::vector<TokenEvent> ev;
+      auto d = eng.step(&ev);
+      std::map<std::pair<int64_t, int>, int> per_step;
+      for (const TokenEvent& e : ev) {
+        text[{e.request_id, e.sample_index}] += e.text_delta;
+        toks[{e.request_id, e.sample_index}].push_back(e.token);
+        multi += ++per_step[{e.request_id, e.sample_index}] == 2;
+      }
+      for (auto& o : d) done.push_back(std::move(o));
+    }
+    ASSERT_EQ(done.size(), ids.size() * 2);
+    for (const RequestOutput& o : done) {
+      EXPECT_NE(o.request_id, gone);
+      const std::pair<int64_t, int> key(o.request_id, o.sample_index);
+      EXPECT_EQ(text[key], o.text);
+      EXPECT_EQ(toks[key], o.completion_ids);
+    }
+    // The draft is the target itself: every draft is accepted.
+    if (m == SpecMethod::draft) EXPECT_GT(multi, 0) << "no step emitted two tokens of one sample";
+  }
+}
