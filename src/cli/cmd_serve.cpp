@@ -81,14 +81,7 @@ int run(const Args& a) {
   if (Status fs = cli::engine_flags_validate(a.engine); !fs.ok()) return cli::fail(cmd, fs.message());
   auto draft = cli::engine_flags_load_draft(a.engine, w.value().config, ctx, dt);
   if (!draft.ok()) return cli::fail(cmd, draft.status().message());
-  MemoryUse mem;
-  if (co.device == Device::cuda) {
-    size_t used = 0;
-    device_memory_in_use(&used, &mem.total);
-    mem.weights = w.value().arena.nbytes() + (draft.value() ? draft.value()->arena.nbytes() : 0);
-    mem.other = used > mem.weights ? used - mem.weights : 0;
-  }
-  auto eo_r = engine_options_from_config(a.engine, co.device, w.value().config, dt, mem, kServeMaxNumSeqs);
+  auto eo_r = cli::engine_flags_options(a.engine, co.device, w.value(), draft.value().get(), dt, kServeMaxNumSeqs);
   if (!eo_r.ok()) return cli::fail(cmd, eo_r.status().message());
   EngineOptions eo = eo_r.value();
   eo.seed = a.seed;

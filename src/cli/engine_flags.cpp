@@ -106,4 +106,16 @@ Result<std::unique_ptr<ModelWeights>> engine_flags_load_draft(const EngineConfig
   return d;
 }
 
+Result<EngineOptions> engine_flags_options(const EngineConfig& cfg, Device dev, const ModelWeights& w,
+                                           const ModelWeights* draft, DType dt, int default_max_num_seqs) {
+  MemoryUse mem;
+  if (dev == Device::cuda) {
+    size_t used = 0;
+    device_memory_in_use(&used, &mem.total);
+    mem.weights = w.arena.nbytes() + (draft ? draft->arena.nbytes() : 0);
+    mem.other = used > mem.weights ? used - mem.weights : 0;
+  }
+  return engine_options_from_config(cfg, dev, w.config, dt, mem, default_max_num_seqs);
+}
+
 }  // namespace grpo::cli

@@ -28,4 +28,10 @@ Status engine_flags_validate(const EngineConfig& cfg);
 Result<std::unique_ptr<ModelWeights>> engine_flags_load_draft(const EngineConfig& cfg, const ModelConfig& target,
                                                               Context& ctx, DType dt);
 
+// The EngineOptions of a command's engine for model `w` (plus the draft, if any):
+// the flags' config with the device memory already in use counted against the KV
+// budget on CUDA, and `default_max_num_seqs` where --max-num-seqs is not given.
+Result<EngineOptions> engine_flags_options(const EngineConfig& cfg, Device dev, const ModelWeights& w,
+                                           const ModelWeights* draft, DType dt, int default_max_num_seqs);
+
 }  // namespace grpo::cli
