@@ -119,7 +119,7 @@ nlohmann::json run_steps(Context& ctx, ModelWeights& w, const ModelWeights* part
 int main(int argc, char** argv) {
   std::string preset = "qwen2.5-0.5b", partner = "same", device = "cuda", strategy = "token",
               out_dir = "bench/results";
-  int partner_layers = 0, partner_hidden = 0;
+  int partner_layers = 0, partner_hidden = 0, partner_heads = 0, partner_kv_heads = 0, partner_ffn = 0;
   double p_trained = 0.5;
   Shape sh;
   for (int i = 1; i < argc; ++i) {
@@ -129,6 +129,9 @@ int main(int argc, char** argv) {
     else if (a == "--partner") partner = next();
     else if (a == "--partner-layers") partner_layers = std::stoi(next());
     else if (a == "--partner-hidden") partner_hidden = std::stoi(next());
+    else if (a == "--partner-heads") partner_heads = std::stoi(next());
+    else if (a == "--partner-kv-heads") partner_kv_heads = std::stoi(next());
+    else if (a == "--partner-ffn") partner_ffn = std::stoi(next());
     else if (a == "--strategy") strategy = next();
     else if (a == "--p-trained") p_trained = std::stod(next());
     else if (a == "--device") device = next();
@@ -142,7 +145,7 @@ int main(int argc, char** argv) {
     else if (a == "--out-dir") out_dir = next();
     else {
       std::fprintf(stderr, "usage: bench_tandem [--preset P] [--partner same|PRESET] [--partner-layers L] "
-                           "[--partner-hidden H] [--strategy token|chunk] [--p-trained p] [--device cuda|cpu] "
+                           "[--partner-hidden H] [--partner-heads N] [--partner-kv-heads N] [--partner-ffn F] [--strategy token|chunk] [--p-trained p] [--device cuda|cpu] "
                            "[--prompts B] [--group G] [--prompt-len P] [--new N] [--steps S] [--kv-gb G] "
                            "[--no-graphs] [--out-dir D]\n");
       return 2;
@@ -157,6 +160,9 @@ int main(int argc, char** argv) {
   ov.vocab_size = cfg->vocab_size;
   ov.n_layers = partner_layers;
   ov.hidden_size = partner_hidden;
+  ov.n_heads = partner_heads;
+  ov.n_kv_heads = partner_kv_heads;
+  ov.intermediate_size = partner_ffn;
   auto pcfg = preset_config(partner == "same" ? preset : partner, ov);
   if (!pcfg.ok()) {
     std::fprintf(stderr, "bench_tandem: --partner: %s\n", pcfg.status().message().c_str());
@@ -205,10 +211,16 @@ int main(int argc, char** argv) {
               double(partner_bytes) / 1e6, tandem["trained_token_frac"].get<double>());
 
   const std::string ptag = partner == "same" ? "same" : partner + "-L" + std::to_string(pcfg->n_layers) + "-H" +
-                                                            std::to_string(pcfg->hidden_size);
+                                                            std::to_string(pcfg->hidden_size) +
+                           (partner_heads || partner_kv_heads ? "-A" + std::to_string(pcfg->n_heads) + "x" +
+                                                                    std::to_string(pcfg->n_kv_heads)
+                                                              : std::string());
   std::string cmd = "bench_tandem --preset " + preset + " --partner " + partner;
   if (partner_layers) cmd += " --partner-layers " + std::to_string(partner_layers);
   if (partner_hidden) cmd += " --partner-hidden " + std::to_string(partner_hidden);
+  if (partner_heads) cmd += " --partner-heads " + std::to_string(partner_heads);
+  if (partner_kv_heads) cmd += " --partner-kv-heads " + std::to_string(partner_kv_heads);
+  if (partner_ffn) cmd += " --partner-ffn " + std::to_string(partner_ffn);
   cmd += " --strategy " + strategy + " --p-trained " + std::to_string(p_trained);
   nlohmann::json metrics = tandem;
   metrics["policy_weight_bytes"] = policy_bytes;

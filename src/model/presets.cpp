@@ -159,6 +159,12 @@ Result<ModelConfig> preset_config(const std::string& name, const PresetOverrides
     j["hidden_size"] = ov.hidden_size;
     if (j["model_type"] != "qwen3") j.erase("head_dim");
   }
+  if (ov.n_heads > 0) {
+    j["num_attention_heads"] = ov.n_heads;
+    j.erase("head_dim");
+  }
+  if (ov.n_kv_heads > 0) j["num_key_value_heads"] = ov.n_kv_heads;
+  if (ov.intermediate_size > 0) j["intermediate_size"] = ov.intermediate_size;
   auto r = model_config_from_json(j);
   if (!r.ok()) return r.status().with_context("preset " + name);
   return r;

@@ -17,6 +17,9 @@ struct PresetOverrides {
   int vocab_size = 0;
   int n_layers = 0;
   int hidden_size = 0;  // head_dim follows hidden/heads except where the preset sets it explicitly (qwen3)
+  int n_heads = 0;      // attention heads (head_dim then follows hidden/heads, qwen3 included)
+  int n_kv_heads = 0;
+  int intermediate_size = 0;
 };
 
 // "tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral", "qwen2.5-0.5b",

@@ -28,5 +28,8 @@ for strat in ${STRATEGIES:-token chunk}; do
   echo "=== bench_tandem qwen2.5-0.5b, quarter-size partner, $strat"
   timeout 240 $B/bench_tandem --preset qwen2.5-0.5b --partner qwen3-0.6b --partner-layers 8 --partner-hidden 512 \
     --strategy $strat ${TANDEM_FLAGS:-} 2>&1 | tail -9
+  echo "=== bench_tandem qwen2.5-0.5b, quarter-size partner of its own family (8 layers, hidden 512, 8 heads, 2 KV heads), $strat"
+  timeout 240 $B/bench_tandem --preset qwen2.5-0.5b --partner qwen2.5-0.5b --partner-layers 8 --partner-hidden 512 \
+    --partner-heads 8 --partner-kv-heads 2 --strategy $strat ${TANDEM_FLAGS:-} 2>&1 | tail -9
 done
 tar czf "${OUT:-/tmp}/results.tgz" bench/results "${OUT:-/tmp}/logs" 2>/dev/null
