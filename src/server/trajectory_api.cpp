@@ -53,6 +53,9 @@ Status TrajectoryApiServer::start() {
   const int n_threads = opt_.n_threads;
   http_->new_task_queue = [n_threads] { return new httplib::ThreadPool(size_t(n_threads)); };
   http_->set_payload_max_length(opt_.max_body_bytes);
+  // httplib's default closes a connection after 5 requests; environments poll
+  // /status-env and post on one kept-alive session, so the idle timeout bounds it.
+  http_->set_keep_alive_max_count(100000);
   // A body ConnServer could not read for a GET (too large, no Content-Length, ...):
   // answered before routing, in the API's error shape.
   http_->set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
