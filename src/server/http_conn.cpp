@@ -62,7 +62,11 @@ class ConnStream final : public httplib::Stream {
     if (size == 0) return 0;
     if (pos_ == len_) {
       if (poll_fd(fd_, POLLIN, read_ms_) <= 0) return -1;  // timed out or failed
-      if (size >= sizeof(buf_)) return recv_into(ptr, size);
+      if (size >= sizeof(buf_)) {
+        const ssize_t n = recv_into(ptr, size);
+        if (n > 0) consumed_ += size_t(n);
+        return n;
+      }
       const ssize_t n = recv_into(buf_, sizeof(buf_));
       if (n <= 0) return n;
       pos_ = 0;
@@ -71,6 +75,7 @@ class ConnStream final : public httplib::Stream {
     const size_t k = std::min(size, len_ - pos_);
     std::memcpy(ptr, buf_ + pos_, k);
     pos_ += k;
+    consumed_ += k;
     return ssize_t(k);
   }
 
@@ -96,6 +101,7 @@ class ConnStream final : public httplib::Stream {
   socket_t socket() const override { return fd_; }
 
   bool has_buffered() const { return pos_ < len_; }
+  size_t consumed() const { return consumed_; }  // bytes handed to the reader so far
   bool peer_closed() const { return peer_closed_; }
 
  private:
@@ -111,6 +117,7 @@ class ConnStream final : public httplib::Stream {
   int read_ms_, write_ms_;
   char buf_[4096];
   size_t pos_ = 0, len_ = 0;
+  size_t consumed_ = 0;
   bool peer_closed_ = false;
 };
 
@@ -248,10 +255,23 @@ bool ConnServer::process_and_close_socket(socket_t sock) {
   bool ended_by_request = false;
   for (size_t left = keep_alive_max_count_; left > 0 && next_request(); --left) {
     bool connection_closed = false;
+    bool parsed = false;        // request line and headers were valid (httplib then calls setup_request)
+    size_t body_start = 0;      // stream position where the body begins
+    int64_t body_len = -1;      // its Content-Length; -1 none, -2 chunked
     ret = process_request(strm, left == 1, connection_closed, [&](httplib::Request& req) {
+      parsed = true;
+      body_start = strm.consumed();
+      if (req.has_header("Transfer-Encoding")) body_len = -2;
+      else if (req.has_header("Content-Length")) body_len = int64_t(req.get_header_value<uint64_t>("Content-Length"));
       read_skipped_body(strm, req, payload_max_length_, st, connection_closed);
     });
-    if (!ret || connection_closed || left == 1) {
+    // A request httplib could not parse, or one answered without reading all of its
+    // body (a 401 or 413 before the body, a handler that ignored it), leaves bytes
+    // that are not the start of a request: the connection cannot go on.
+    const size_t body_read = strm.consumed() - body_start;
+    const bool body_unread =
+        (body_len > 0 && body_read < size_t(body_len)) || (body_len == -2 && body_read == 0);
+    if (!ret || connection_closed || left == 1 || !parsed || body_unread) {
       ended_by_request = true;
       break;
     }
