@@ -6,6 +6,13 @@
 
 namespace grpo {
 
+Status TrajectorySource::restore_checkpoint_state(const nlohmann::json& state) {
+  if (state.is_null()) return ok_status();
+  return error_status("the checkpoint holds a trajectory queue hosted by the trainer, but this run pulls batches from "
+                      "an external API ([remote] url); resume without [remote] url to get the queue back, or remove "
+                      "\"trajectory_queue\" from the checkpoint's trainer_state.json to start from the external queue");
+}
+
 Status StoreTrajectorySource::register_trainer(const nlohmann::json& registration) {
   ApiReply r = store_.register_trainer(registration);
   if (r.status != 200) return error_status("registering the trainer: " + r.body.value("message", r.body.dump()));

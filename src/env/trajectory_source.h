@@ -24,6 +24,12 @@ class TrajectorySource {
   virtual Result<std::optional<nlohmann::json>> next_batch() = 0;
   // One line for the trainer's "waiting for groups" log.
   virtual std::string wait_status() = 0;
+  // The queue state a checkpoint keeps (TrajectoryStore::snapshot), or null when the
+  // queue lives elsewhere (an external API server keeps its own).
+  virtual nlohmann::json checkpoint_state() { return nlohmann::json(); }
+  // Puts a checkpoint_state() back, after register_trainer. A source that holds no
+  // queue says so instead.
+  virtual Status restore_checkpoint_state(const nlohmann::json& state);
 };
 
 // The hosted case: reads the store directly (no HTTP between trainer and queue).
@@ -33,6 +39,8 @@ class StoreTrajectorySource : public TrajectorySource {
   Status register_trainer(const nlohmann::json& registration) override;
   Result<std::optional<nlohmann::json>> next_batch() override;
   std::string wait_status() override;
+  nlohmann::json checkpoint_state() override { return store_.snapshot(); }
+  Status restore_checkpoint_state(const nlohmann::json& state) override { return store_.restore(state); }
 
  private:
   TrajectoryStore& store_;

@@ -642,3 +642,130 @@ TrajectoryCounters TrajectoryStore::counters() const {
 }
 
 }  // namespace grpo
+
+namespace grpo {
+
+json TrajectoryStore::snapshot() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  json envs = json::array();
+  for (const Env& e : envs_)
+    envs.push_back(json{{"max_context_len", e.max_context_len},
+                        {"weight", e.weight},
+                        {"desired_name", e.desired_name},
+                        {"real_name", e.real_name},
+                        {"registered_id", e.registered_id},
+                        {"last_update", e.last_update},
+                        {"connected", e.connected},
+                        {"min_batch_allocation", e.min_batch_allocation ? json(*e.min_batch_allocation) : json()},
+                        {"group_size", e.group_size}});
+  json buffer = json::array();
+  for (const auto& v : buffer_) buffer.push_back(json(v));
+  json batches = json::array();
+  for (const auto& b : curr_batch_) batches.push_back(b);
+  return json{{"version", kSnapshotVersion},
+              {"started", started_},
+              {"envs", std::move(envs)},
+              {"queue", json(queue_)},
+              {"buffer", std::move(buffer)},
+              {"formed_batches", std::move(batches)},
+              {"latest", latest_ ? *latest_ : json()},
+              {"counters",
+               {{"groups_received", ctr_.groups_received},
+                {"sequences_received", ctr_.sequences_received},
+                {"posts_rejected", ctr_.posts_rejected},
+                {"posts_refused_full", ctr_.posts_refused_full},
+                {"batches_formed", ctr_.batches_formed},
+                {"last_post_time", ctr_.last_post_time}}}};
+}
+
+Status TrajectoryStore::restore(const json& snap) {
+  auto bad = [](const std::string& m) {
+    return error_status("trajectory queue snapshot: " + m +
+                        " (the checkpoint's trainer_state.json is damaged or from another version; remove its "
+                        "\"trajectory_queue\" entry to resume with an empty queue)");
+  };
+  if (!snap.is_object()) return bad("not a JSON object");
+  if (snap.value("version", json()) != json(kSnapshotVersion))
+    return bad("version " + snap.value("version", json()).dump() + ", this build reads version " +
+               std::to_string(kSnapshotVersion));
+  for (const char* k : {"envs", "queue", "buffer", "formed_batches"})
+    if (!snap.contains(k) || !snap[k].is_array()) return bad(std::string("'") + k + "' is missing or not a list");
+  if (!snap.contains("counters") || !snap["counters"].is_object()) return bad("'counters' is missing or not an object");
+
+  std::vector<Env> envs;
+  for (size_t i = 0; i < snap["envs"].size(); ++i) {
+    const json& j = snap["envs"][i];
+    const std::string where = "envs[" + std::to_string(i) + "]";
+    try {
+      Env e;
+      e.max_context_len = j.at("max_context_len").get<int64_t>();
+      e.weight = j.at("weight").get<double>();
+      e.desired_name = j.at("desired_name").get<std::string>();
+      e.real_name = j.at("real_name").get<std::string>();
+      e.registered_id = j.at("registered_id").get<int64_t>();
+      e.last_update = j.at("last_update").get<double>();
+      e.connected = j.at("connected").get<bool>();
+      if (!j.at("min_batch_allocation").is_null()) e.min_batch_allocation = j.at("min_batch_allocation").get<double>();
+      e.group_size = j.at("group_size").get<int64_t>();
+      if (e.registered_id != int64_t(i)) return bad(where + ": registered_id " + std::to_string(e.registered_id) + " is not its position");
+      if (e.group_size <= 0) return bad(where + ": group_size must be > 0");
+      envs.push_back(std::move(e));
+    } catch (const json::exception& ex) {
+      return bad(where + ": " + ex.what());
+    }
+  }
+  // Groups go through the checks of a post, so nothing malformed reaches a batch.
+  auto check_groups = [&](const json& list, const std::string& where, std::vector<json>* out) -> Status {
+    if (!list.is_array()) return bad(where + " is not a list");
+    for (size_t i = 0; i < list.size(); ++i) {
+      auto g = scored_data_normalize(list[i]);
+      if (!g.ok()) return bad(where + "[" + std::to_string(i) + "]: " + g.status().message());
+      const int64_t env = env_of(g.value());
+      if (env >= int64_t(envs.size()))
+        return bad(where + "[" + std::to_string(i) + "]: env_id " + std::to_string(env) + " is not a registered environment");
+      out->push_back(std::move(g).value());
+    }
+    return ok_status();
+  };
+  std::vector<json> queue;
+  GRPO_TRY(check_groups(snap["queue"], "queue", &queue));
+  if (snap["buffer"].size() > envs.size()) return bad("'buffer' has more entries than there are environments");
+  std::vector<std::vector<json>> buffer(envs.size());
+  for (size_t i = 0; i < snap["buffer"].size(); ++i)
+    GRPO_TRY(check_groups(snap["buffer"][i], "buffer[" + std::to_string(i) + "]", &buffer[i]));
+  std::vector<json> batches;
+  for (size_t i = 0; i < snap["formed_batches"].size(); ++i) {
+    std::vector<json> b;
+    GRPO_TRY(check_groups(snap["formed_batches"][i], "formed_batches[" + std::to_string(i) + "]", &b));
+    batches.push_back(json(std::move(b)));
+  }
+  std::optional<json> latest;
+  if (snap.contains("latest") && !snap["latest"].is_null()) latest = snap["latest"];
+  TrajectoryCounters c;
+  try {
+    const json& j = snap["counters"];
+    c.groups_received = j.at("groups_received").get<int64_t>();
+    c.sequences_received = j.at("sequences_received").get<int64_t>();
+    c.posts_rejected = j.at("posts_rejected").get<int64_t>();
+    c.posts_refused_full = j.at("posts_refused_full").get<int64_t>();
+    c.batches_formed = j.at("batches_formed").get<int64_t>();
+    c.last_post_time = j.at("last_post_time").get<double>();
+  } catch (const json::exception& ex) {
+    return bad(std::string("counters: ") + ex.what());
+  }
+
+  std::lock_guard<std::mutex> lk(mu_);
+  envs_ = std::move(envs);
+  queue_ = std::move(queue);
+  buffer_ = std::move(buffer);
+  curr_batch_ = std::move(batches);
+  latest_ = std::move(latest);
+  ctr_ = c;
+  ctr_.envs_registered = int64_t(envs_.size());
+  // Environments registered before the checkpoint go on posting without waiting for
+  // the resumed trainer's first /batch.
+  started_ = started_ || (snap.contains("started") && snap["started"].is_boolean() && snap["started"].get<bool>());
+  return ok_status();
+}
+
+}  // namespace grpo

@@ -101,6 +101,18 @@ class TrajectoryStore {
   TrajectoryCounters counters() const;
   bool trainer_registered() const;
 
+  // What a resumed trainer needs while environments reconnect (saved with each
+  // checkpoint of `grpo train` hosting the API): the registered environments (ids,
+  // names, weights, minimum allocations, group sizes, connected flags), the queued,
+  // buffered and formed-but-unserved groups, the latest example and the cumulative
+  // counters. Not the trainer's registration: the resumed trainer registers anew.
+  nlohmann::json snapshot() const;
+  // Replaces environments, groups and counters with a snapshot(); call it after the
+  // resumed trainer's register_trainer. Every group is checked again as a post would
+  // be; errors name the part of the snapshot that is wrong, and leave the store as it was.
+  Status restore(const nlohmann::json& snap);
+  static constexpr int kSnapshotVersion = 1;
+
  private:
   struct Env {
     int64_t max_context_len = 0;

@@ -15,6 +15,7 @@
 
 #include "core/log.h"
 #include "core/timer.h"
+#include "server/http_conn.h"
 #include "server/openai_protocol.h"
 
 namespace grpo {
@@ -87,7 +88,7 @@ int ServerOptions::http_threads() const {
 }
 
 HttpServer::HttpServer(EngineService& svc, const Tokenizer* tok, ServerOptions opt)
-    : svc_(svc), tok_(tok), opt_(std::move(opt)), http_(std::make_unique<httplib::Server>()) {
+    : svc_(svc), tok_(tok), opt_(std::move(opt)), http_(std::make_unique<ConnServer>()) {
   started_at_ = int64_t(std::time(nullptr));
   // Every stream holds a worker for its whole life: with fewer workers than streams the
   // queue admits, the rest wait unserved in httplib's task queue.
@@ -161,6 +162,11 @@ void HttpServer::install_routes() {
 
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     set_version(res, svc_.policy_version());
+    if (const HttpBodyError* be = http_body_error()) {
+      send_error(res, api_error(be->status, "invalid_request_error", req.method + " " + req.path + ": " + be->message));
+      svc_.metrics().count_http(req.path, be->status);
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (opt_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
     if (equal_const_time(bearer(req), opt_.api_key)) return httplib::Server::HandlerResponse::Unhandled;
     send_error(res, api_error(401, "invalid_request_error",
@@ -383,7 +389,16 @@ void HttpServer::install_routes() {
       if (!g->stream) {
         std::vector<RequestOutput> outs;
         for (auto& ch : chans) {
-          while (!ch->wait(nullptr, std::chrono::milliseconds(1000))) {
+          // The client's socket is probed between waits: one that closed its connection
+          // gets its request aborted and its KV blocks freed, as a stream's would.
+          while (!ch->wait(nullptr, std::chrono::milliseconds(250))) {
+            if (http_client_gone()) {
+              for (auto& c : chans) c->cancel();
+              // nginx's "client closed request": nobody reads it; the body keeps the error
+              // handler from counting it twice.
+              send_error(res, api_error(499, "invalid_request_error", "the client closed the connection"));
+              return finish(499);
+            }
           }
           Status st = ch->error();
           if (!st.ok()) {
@@ -404,7 +419,12 @@ void HttpServer::install_routes() {
 
       // Streaming: wait for admission so that engine-side rejections still get a status.
       for (auto& ch : chans) {
-        while (!ch->wait_admitted(std::chrono::milliseconds(1000)) && ch->error().ok()) {
+        while (!ch->wait_admitted(std::chrono::milliseconds(250)) && ch->error().ok()) {
+          if (http_client_gone()) {
+            for (auto& c : chans) c->cancel();
+            send_error(res, api_error(499, "invalid_request_error", "the client closed the connection"));
+            return finish(499);
+          }
         }
         Status st = ch->error();
         if (!st.ok()) {
@@ -470,13 +490,21 @@ void HttpServer::install_routes() {
                   for (auto& o : chs[i]->take_outputs()) outs.push_back(std::move(o));
                 }
               }
-              // A comment line probes the connection while the engine is busy elsewhere.
-              if (n_over < chs.size() && now_seconds() - last_write > 1.0) {
-                if (!sink.write(": ping\n\n", 8)) {
+              // A client that closed its socket is seen at once; one that vanished without a
+              // FIN only when a write fails, so a comment line probes it while the engine is
+              // busy elsewhere.
+              if (n_over < chs.size() && now_seconds() - last_write > 0.25) {
+                if (http_client_gone()) {
                   for (auto& ch : chs) ch->cancel();
                   return false;
                 }
-                last_write = now_seconds();
+                if (now_seconds() - last_write > 1.0) {
+                  if (!sink.write(": ping\n\n", 8)) {
+                    for (auto& ch : chs) ch->cancel();
+                    return false;
+                  }
+                  last_write = now_seconds();
+                }
               }
             }
             if (g->include_usage) {

@@ -4,6 +4,7 @@
 #include <httplib.h>
 
 #include "core/log.h"
+#include "server/http_conn.h"
 
 namespace grpo {
 
@@ -48,10 +49,22 @@ TrajectoryApiServer::~TrajectoryApiServer() { stop(); }
 
 Status TrajectoryApiServer::start() {
   GRPO_TRY(opt_.validate());
-  http_ = std::make_unique<httplib::Server>();
+  http_ = std::make_unique<ConnServer>();
   const int n_threads = opt_.n_threads;
   http_->new_task_queue = [n_threads] { return new httplib::ThreadPool(size_t(n_threads)); };
   http_->set_payload_max_length(opt_.max_body_bytes);
+  // httplib's default closes a connection after 5 requests; environments poll
+  // /status-env and post on one kept-alive session, so the idle timeout bounds it.
+  http_->set_keep_alive_max_count(100000);
+  // A body ConnServer could not read for a GET (too large, no Content-Length, ...):
+  // answered before routing, in the API's error shape.
+  http_->set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    const HttpBodyError* be = http_body_error();
+    if (!be) return httplib::Server::HandlerResponse::Unhandled;
+    send(res, ApiReply{be->status, json{{"status", "error"}, {"message", req.method + " " + req.path + ": " + be->message}},
+                       "", 0});
+    return httplib::Server::HandlerResponse::Handled;
+  });
   TrajectoryStore& s = store_;
   auto post = [this](const char* path, ApiReply (TrajectoryStore::*fn)(const json&)) {
     http_->Post(path, [this, fn](const httplib::Request& req, httplib::Response& res) {
@@ -84,18 +97,8 @@ Status TrajectoryApiServer::start() {
         return;
       }
       body["env_id"] = int64_t(id);
-    } else if (!req.body.empty()) {
+    } else if (!req.body.empty()) {  // read by ConnServer: httplib reads no GET bodies
       if (!parse_body(req, res, &body)) return;
-    } else if (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0") {
-      // cpp-httplib 0.11 does not read the bodies of GET requests; the unread bytes
-      // would corrupt the next request on this connection, so it is closed.
-      res.set_header("Connection", "close");
-      send(res, ApiReply{400,
-                         json{{"status", "error"},
-                              {"message", "GET /status-env: this server cannot read a GET body; send the env id as "
-                                          "the query parameter /status-env?env_id=N"}},
-                         "", 0});
-      return;
     }
     send(res, s.status_env(body));
   });

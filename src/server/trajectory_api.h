@@ -6,9 +6,10 @@
 // Compression, as Atropos: request bodies sent with Content-Encoding: gzip are
 // inflated before parsing (a body that is not valid gzip gets 400), and JSON
 // responses are gzip-compressed when the client sends Accept-Encoding: gzip
-// (cpp-httplib, built with zlib, does both).
-// GET /status-env takes {"env_id": n} as a JSON body (Atropos's signature) or as
-// the query parameter ?env_id=n (what some clients send).
+// (cpp-httplib, built with zlib, does both; ConnServer inflates GET bodies).
+// GET /status-env takes {"env_id": n} as a JSON body (Atropos's signature: aiohttp
+// sends it with Content-Length on a kept-alive connection, and ConnServer reads it;
+// see server/http_conn.h) or as the query parameter ?env_id=n.
 #pragma once
 #include <memory>
 #include <string>

@@ -85,6 +85,8 @@ class HostedSource : public TrajectorySource {
   Status register_trainer(const json& reg) override { return reader_.register_trainer(reg); }
   Result<std::optional<json>> next_batch() override { return reader_.next_batch(); }
   std::string wait_status() override { return reader_.wait_status(); }
+  json checkpoint_state() override { return reader_.checkpoint_state(); }
+  Status restore_checkpoint_state(const json& state) override { return reader_.restore_checkpoint_state(state); }
 
  private:
   TrajectoryStore store_;

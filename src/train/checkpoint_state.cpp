@@ -78,6 +78,7 @@ nlohmann::ordered_json trainer_state_to_json(const TrainerState& s) {
   j["scheduler"] = {{"type", s.lr_schedule}, {"lr", s.lr}, {"warmup_steps", s.warmup_steps},
                     {"total_steps", s.total_steps}, {"last_lr", s.last_lr}};
   if (!s.curriculum.is_null()) j["curriculum"] = s.curriculum;
+  if (!s.trajectory_queue.is_null()) j["trajectory_queue"] = s.trajectory_queue;
   return j;
 }
 
@@ -107,6 +108,7 @@ Result<TrainerState> trainer_state_from_json(const json& j, const std::string& s
   GRPO_TRY(get_field(*sc, "total_steps", src, &s.total_steps));
   GRPO_TRY(get_field(*sc, "last_lr", src, &s.last_lr));
   if (j.contains("curriculum")) s.curriculum = j["curriculum"];
+  if (j.contains("trajectory_queue")) s.trajectory_queue = j["trajectory_queue"];
   if (s.step < 0 || s.generation < 0 || s.data_epoch < 0 || s.data_index < 0)
     return error_status(src + ": negative counters; the file is corrupt");
   return s;

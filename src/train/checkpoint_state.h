@@ -51,6 +51,9 @@ struct TrainerState {
   bool mid_generation = false;  // saved between the optimizer steps of one generation batch
   // Curriculum state (KdeCurriculum::to_json); null when no curriculum runs.
   nlohmann::json curriculum;
+  // The hosted trajectory API's queue (TrajectoryStore::snapshot) of data.env =
+  // "remote"; null otherwise.
+  nlohmann::json trajectory_queue;
 };
 
 nlohmann::ordered_json trainer_state_to_json(const TrainerState& s);

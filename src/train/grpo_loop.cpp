@@ -199,10 +199,12 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     return ok_status();
   };
   int64_t saved_step = -1;
+  std::shared_ptr<TrajectorySource> remote_src;  // data.env = "remote": its queue goes into each checkpoint
   auto save = [&](bool mid_generation) -> Status {
     if (saved_step == st.step) return ok_status();
     saved_step = st.step;
     st.mid_generation = mid_generation;
+    st.trajectory_queue = remote_src ? remote_src->checkpoint_state() : nlohmann::json();
     st.data_epoch = r.cursor->epoch();
     st.data_index = r.cursor->index();
     st.curriculum = r.curriculum ? r.curriculum->to_json() : nlohmann::json();
@@ -229,6 +231,7 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     if (!opt.make_trajectory_source)
       return error_status("data.env = \"remote\", but this program cannot host or reach a trajectory API; run it with `grpo train`");
     GRPO_ASSIGN_OR_RETURN(std::shared_ptr<TrajectorySource> src, opt.make_trajectory_source(cfg));
+    remote_src = src;
     RemoteLoopHooks hooks{[&](int64_t s, const MetricList& m) { return writers.write(s, m); }, [&] { return save(false); }};
     GRPO_ASSIGN_OR_RETURN(bool killed, remote_train_loop(r, opt, *src, svc.get(), hooks));
     if (killed) {

@@ -73,6 +73,11 @@ Result<bool> remote_train_loop(LoopRun& r, const TrainLoopOptions& opt, Trajecto
   TrainerState& st = r.state;
   PolicyTrainer& t = r.trainer;
   GRPO_TRY(src.register_trainer(remote_registration(r)).with_context("[remote]"));
+  if (r.resumed && !st.trajectory_queue.is_null()) {
+    // Groups posted before the checkpoint come back, and environments keep their ids.
+    GRPO_TRY(src.restore_checkpoint_state(st.trajectory_queue).with_context("resuming the trajectory queue"));
+    GRPO_LOG_INFO("resumed the trajectory queue of the checkpoint at step %lld", (long long)st.step);
+  }
   RemoteBatchOptions bo;
   bo.scale = r.rollout_cfg.scale;
   bo.max_staleness = cfg.remote.max_staleness;

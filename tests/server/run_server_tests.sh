@@ -3,7 +3,9 @@
 # template that renders each message as its content plus "\n"), once open and
 # once with --api-key, and runs the real-client tests against it: the OpenAI
 # Node client (tests/server/clients/openai_client.test.mjs), Python requests on
-# /generate, /tokenize, /detokenize (tests/server/clients/test_generate.py) and
+# /generate, /tokenize, /detokenize (tests/server/clients/test_generate.py),
+# Python http.client on `grpo api`'s GET /status-env with a body
+# (tests/server/clients/test_status_env_body.py) and
 # the fuzz test (tests/server/fuzz_server.py). The servers are stopped on every
 # exit path. Exits non-zero if any part fails.
 #
@@ -102,6 +104,8 @@ run_part() {
 }
 run_part "python requests: /generate /tokenize /detokenize" \
   bash -c 'cd "$1" && "$2" -m unittest -v test_generate' _ "$CLIENTS" "$PY"
+run_part "python http.client: GET /status-env with a JSON body (grpo api)" \
+  bash -c 'cd "$1" && GRPO_BIN="$3" "$2" -m unittest -v test_status_env_body' _ "$CLIENTS" "$PY" "$GRPO"
 run_part "node openai client" bash -c 'cd "$1" && node --test openai_client.test.mjs' _ "$CLIENTS"
 run_part "fuzz" "$PY" "$ROOT/tests/server/fuzz_server.py" --url "$URL" --server-pid "$MAIN_PID" \
   --max-body-bytes "$MAX_BODY" --kv-metric grpo_kv_blocks_free --count 1000 --time-limit 150
