@@ -53,6 +53,7 @@ class TrajectorySource;
 namespace grpo {
 
 class Communicator;
+struct RolloutBatch;
 
 struct TrainLoopOptions {
   std::string out_dir;            // "" = cfg.run.output_dir
@@ -65,6 +66,8 @@ struct TrainLoopOptions {
   // Polled between steps; non-zero (a signal number) = stop after the current step with a checkpoint.
   const std::atomic<int>* stop_signal = nullptr;
   std::function<void(int64_t step)> on_step;  // after each optimizer step, its metrics written
+  // Before the first optimizer step on each generation batch, with the step it feeds (tests).
+  std::function<void(int64_t step, const RolloutBatch&)> on_batch;
   // With [server] enabled: starts the HTTP front on the loop's engine service (the
   // CLI links src/server, which sits above train/). The returned handle is released,
   // stopping the server, before the service and the engine go away.
