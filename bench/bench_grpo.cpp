@@ -212,8 +212,9 @@ Result<nlohmann::json> measure_loop(const std::string& config_path, std::vector<
       GRPO_ASSIGN_OR_RETURN(b, rollout_generate(*r.engine, *r.env, *r.rewards, std::move(prompts), r.rollout_cfg, step));
     }
     auto tm = policy_train_step(r.trainer, b, 0, b.completions.size(), bool(async));
-    if (async) GRPO_TRY(async->join(now_seconds(), &rec));
+    if (async) GRPO_TRY(async->join(now_seconds(), r.state.step + 1, &rec));
     GRPO_TRY(tm.status());
+    ++r.state.step;  // as the loop counts versions
     r.engine->reset_prefix_cache();
     r.ctx->synchronize();
     const double t1 = now_seconds();

@@ -310,7 +310,7 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     if (async) {
       // Joined even when the step failed, so that no rollout outlives the loop's state.
       const double t_train_end = now_seconds();
-      Status js = async->join(t_train_end, &rec);
+      Status js = async->join(t_train_end, st.step + 1, &rec);
       if (tm.ok() && !js.ok()) return js.with_context("asynchronous rollouts during step " + std::to_string(st.step + 1));
     }
     if (!tm.ok()) return tm.status().with_context("train step " + std::to_string(st.step + 1));

@@ -40,12 +40,12 @@ AsyncRollouts::~AsyncRollouts() {
   if (worker_.joinable()) worker_.join();
 }
 
-Status AsyncRollouts::refresh_snapshot() {
+Status AsyncRollouts::refresh_snapshot(int64_t version) {
   // The trainer's context is synchronised after every step and tensor_copy orders
   // itself against every stream, so the engine's next kernels see the new weights.
   r_.ctx->synchronize();
   tensor_copy(r_.snapshot->arena, r_.weights->arena);
-  version_ = r_.state.step;
+  version_ = version;
   r_.engine->reset_prefix_cache();
   return ok_status();
 }
@@ -80,7 +80,7 @@ Result<AsyncRollouts::Queued> AsyncRollouts::produce() {
 Status AsyncRollouts::prime() {
   GRPO_CHECK(!launched_ && queue_.empty());
   const double t0 = now_seconds();
-  GRPO_TRY(refresh_snapshot());
+  GRPO_TRY(refresh_snapshot(r_.state.step));
   r_.engine_ctx->make_current();
   for (int64_t j = 0; j < k_ && r_.state.generation < r_.cfg.train.steps; ++j) {
     GRPO_ASSIGN_OR_RETURN(Queued q, produce());
@@ -115,7 +115,7 @@ void AsyncRollouts::launch() {
   });
 }
 
-Status AsyncRollouts::join(double t_train_end, MetricList* rec) {
+Status AsyncRollouts::join(double t_train_end, int64_t new_version, MetricList* rec) {
   double wait = prime_wait_, idle = 0;
   prime_wait_ = 0;
   if (launched_) {
@@ -132,7 +132,7 @@ Status AsyncRollouts::join(double t_train_end, MetricList* rec) {
     idle = std::max(0.0, t_train_end - t_launch_);  // nothing left to sample: the engine sat out the step
   }
   const double t0 = now_seconds();
-  GRPO_TRY(refresh_snapshot());
+  GRPO_TRY(refresh_snapshot(new_version));
   rec->emplace_back("time/trainer_wait", wait);
   rec->emplace_back("time/engine_idle", idle);
   rec->emplace_back("time/snapshot_copy", now_seconds() - t0);

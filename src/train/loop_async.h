@@ -60,10 +60,10 @@ class AsyncRollouts {
   RolloutBatch pop(MetricList* rec);
   // Starts sampling the next generation on the engine side, unless the run needs no more.
   void launch();
-  // After the trainer's step (which ended at t_train_end): waits for the launched batch,
-  // copies the new weights into the snapshot, and adds time/trainer_wait,
-  // time/engine_idle and time/snapshot_copy to `rec`.
-  Status join(double t_train_end, MetricList* rec);
+  // After the trainer's step (which ended at t_train_end and made version `new_version`):
+  // waits for the launched batch, copies the new weights into the snapshot, and adds
+  // time/trainer_wait, time/engine_idle and time/snapshot_copy to `rec`.
+  Status join(double t_train_end, int64_t new_version, MetricList* rec);
   // Discards the queued batches and rewinds the cursor and state.generation to the first
   // of them; the next pop primes again. No batch may be in flight.
   void drain();
@@ -75,7 +75,7 @@ class AsyncRollouts {
     int64_t data_epoch = 0, data_index = 0;  // the cursor before the batch's prompts
   };
   Result<Queued> produce();
-  Status refresh_snapshot();
+  Status refresh_snapshot(int64_t version);
 
   LoopRun& r_;
   int64_t k_ = 0;
