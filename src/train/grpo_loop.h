@@ -3,7 +3,8 @@
 // sample B prompts × G completions with the Engine (which reads the weights the
 // trainer updates in place), score them, compute group advantages and take
 // μ·steps_per_generation optimizer steps on the batch, resetting the engine's
-// prefix cache after every step. Evals, early stopping, metrics (JSONL,
+// prefix cache after every step ([async] max_staleness > 0: the engine samples
+// ahead from its own weight copy while the trainer steps, train/loop_async.h). Evals, early stopping, metrics (JSONL,
 // TensorBoard, console progress, end-of-run HTML plot) and atomic training
 // checkpoints (checkpoint_state.h) happen on schedule. docs/train-runs.md is
 // the user's view of locking, stopping and resuming.
