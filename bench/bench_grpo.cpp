@@ -18,6 +18,9 @@
 // times the loop's step (rollout_generate, policy_train_step, prefix-cache reset), so
 // the figure is the one `grpo train` gets; see examples/bench-*.toml and
 // tools/device/step_compare.sh. Writes bench/results/loop_step-<config stem>.json.
+// --async K with --config times the synchronous loop and asynchronous rollouts with
+// async.max_staleness = K in the same call (tools/device/async_bench.sh) and writes
+// bench/results/loop_async-<config stem>.json with the synchronous loop as the peer.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -34,6 +37,7 @@
 #include "kernels/linear.h"
 #include "model/presets.h"
 #include "model/train_model.h"
+#include "train/loop_async.h"
 #include "train/loop_setup.h"
 #include "train/optimizer.h"
 #include "train/train_step.h"
@@ -166,6 +170,112 @@ int run_config_bench(const std::string& config_path, const std::vector<std::stri
   return 0;
 }
 
+// Mean of v[1..]: the first step pays one-time costs (buffers, allocator warm-up, the prime).
+double mean_after_first(const std::vector<double>& v) {
+  if (v.size() < 2) return v.empty() ? 0.0 : v[0];
+  double s = 0;
+  for (size_t i = 1; i < v.size(); ++i) s += v[i];
+  return s / double(v.size() - 1);
+}
+
+// `steps` loop steps of the config with async.max_staleness = k (0: the synchronous
+// step as run_config_bench times it; k > 0: train/loop_async.h, as `grpo train` runs it).
+Result<nlohmann::json> measure_loop(const std::string& config_path, std::vector<std::string> sets, int steps, int64_t k) {
+  sets.push_back("async.max_staleness=" + std::to_string(k));
+  GRPO_ASSIGN_OR_RETURN(RunConfig cfg, run_config_load(config_path, sets));
+  // k more generations than steps, so that every timed step has a rollout in flight.
+  cfg.train.steps = std::max<int64_t>(cfg.train.steps, steps + k);
+  TrainLoopOptions lo;
+  lo.out_dir = cfg.run.output_dir + "-bench-async" + std::to_string(k);
+  std::error_code ec;
+  std::filesystem::remove_all(lo.out_dir, ec);
+  GRPO_ASSIGN_OR_RETURN(std::unique_ptr<LoopRun> run, loop_setup(cfg, lo));
+  LoopRun& r = *run;
+  std::unique_ptr<AsyncRollouts> async;
+  if (k > 0) async = std::make_unique<AsyncRollouts>(r);
+  std::vector<double> step_s, wait_s, idle_s;
+  double tokens = 0;
+  for (int step = 0; step < steps; ++step) {
+    const double t0 = now_seconds();
+    MetricList rec;
+    RolloutBatch b;
+    if (async) {
+      if (!async->primed()) GRPO_TRY(async->prime());
+      b = async->pop(&rec);
+      async->launch();
+    } else {
+      std::vector<PreparedPrompt> prompts;
+      for (size_t i : r.cursor->next(size_t(cfg.rollout.prompts_per_step))) {
+        GRPO_ASSIGN_OR_RETURN(PreparedPrompt p, prompt_prepare(r.format, *r.tok, r.env->example(Split::train, i)));
+        prompts.push_back(std::move(p));
+      }
+      GRPO_ASSIGN_OR_RETURN(b, rollout_generate(*r.engine, *r.env, *r.rewards, std::move(prompts), r.rollout_cfg, step));
+    }
+    auto tm = policy_train_step(r.trainer, b, 0, b.completions.size(), bool(async));
+    if (async) GRPO_TRY(async->join(now_seconds(), r.state.step + 1, &rec));
+    GRPO_TRY(tm.status());
+    ++r.state.step;  // as the loop counts versions
+    r.engine->reset_prefix_cache();
+    r.ctx->synchronize();
+    const double t1 = now_seconds();
+    step_s.push_back(t1 - t0);
+    wait_s.push_back(metric_of(rec, "time/trainer_wait"));
+    idle_s.push_back(metric_of(rec, "time/engine_idle"));
+    tokens = double(b.n_completion_tokens);
+    std::printf("max_staleness %lld step %d: %.3f s (train %.3f s, trainer waited %.3f s, engine idle %.3f s, lag %.0f)\n",
+                (long long)k, step, t1 - t0, metric_of(tm.value(), "time/train"), wait_s.back(), idle_s.back(),
+                metric_of(rec, "async/version_lag"));
+  }
+  const double mean = mean_after_first(step_s);
+  return nlohmann::json{{"max_staleness", k},
+                        {"seconds_per_step", mean},
+                        {"trainer_wait_s", mean_after_first(wait_s)},
+                        {"engine_idle_s", mean_after_first(idle_s)},
+                        {"first_step_s", step_s.empty() ? 0.0 : step_s[0]},
+                        {"generated_tokens_per_step", tokens},
+                        {"tokens_per_s", mean > 0 ? tokens / mean : 0.0},
+                        {"device", device_name(r.ctx->device())}};
+}
+
+// --async K: the synchronous loop and max_staleness = K in one call, one setup after the other.
+int async_config_bench(const std::string& config_path, const std::vector<std::string>& sets, int steps, int64_t k,
+                       const std::string& out_dir) {
+  if (steps < 2) steps = 4;
+  auto sync = measure_loop(config_path, sets, steps, 0);
+  if (!sync.ok()) {
+    std::fprintf(stderr, "bench_grpo: synchronous run: %s\n", sync.status().message().c_str());
+    return 1;
+  }
+  auto async = measure_loop(config_path, sets, steps, k);
+  if (!async.ok()) {
+    std::fprintf(stderr, "bench_grpo: async.max_staleness = %lld: %s\n", (long long)k, async.status().message().c_str());
+    return 1;
+  }
+  const double ts = sync.value()["seconds_per_step"].get<double>(), ta = async.value()["seconds_per_step"].get<double>();
+  std::printf("\n%-22s %12s %14s %14s\n", "loop", "s/step", "trainer wait", "engine idle");
+  for (const auto* j : {&sync.value(), &async.value()})
+    std::printf("max_staleness = %-6lld %12.3f %14.3f %14.3f\n", (long long)(*j)["max_staleness"].get<int64_t>(),
+                (*j)["seconds_per_step"].get<double>(), (*j)["trainer_wait_s"].get<double>(),
+                (*j)["engine_idle_s"].get<double>());
+  std::printf("async / sync step throughput: %.3fx\n", ta > 0 ? ts / ta : 0.0);
+  const std::string stem = std::filesystem::path(config_path).stem().string();
+  std::string cmdline = "bench_grpo --config " + config_path + " --async " + std::to_string(k) + " --steps " +
+                        std::to_string(steps);
+  for (const auto& x : sets) cmdline += " --set " + x;
+  nlohmann::json j = {{"bench", "loop_async"},
+                      {"date", today()},
+                      {"device", async.value()["device"]},
+                      {"command", cmdline},
+                      {"config", {{"config", config_path}, {"sets", sets}, {"steps", steps}, {"max_staleness", k}}},
+                      {"metrics", async.value()},
+                      {"peer", {{"name", "synchronous loop (async.max_staleness = 0)"}, {"metrics", sync.value()}}},
+                      {"ratios", {{"step_throughput_async_over_sync", ta > 0 ? ts / ta : 0.0}}}};
+  const std::string path = out_dir + "/loop_async-" + stem + ".json";
+  std::ofstream(path) << j.dump(2) << "\n";
+  std::printf("wrote %s\n", path.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -176,6 +286,7 @@ int main(int argc, char** argv) {
   std::string config_path;
   std::vector<std::string> sets;
   bool steps_given = false;
+  int64_t async_k = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -189,6 +300,7 @@ int main(int argc, char** argv) {
     else if (a == "--steps") steps = std::stoi(next()), steps_given = true;
     else if (a == "--config") config_path = next();
     else if (a == "--set") sets.push_back(next());
+    else if (a == "--async") async_k = std::stoll(next());
     else if (a == "--kv-gb") kv_gb = std::stod(next());
     else if (a == "--kv-cache-dtype") kv_cache_dtype = next();
     else if (a == "--recompute") recompute = true;
@@ -198,10 +310,16 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "usage: bench_grpo [--preset P] [--device cuda|cpu] [--prompts B] [--group G] "
                            "[--prompt-len P] [--new N] [--micro-tokens T] [--steps S] [--kv-gb G] "
                            "[--kv-cache-dtype auto|fp8] [--recompute] [--no-graphs]\n"
-                           "       bench_grpo --config RUN.toml [--set key=value ...] [--steps S] [--out-dir DIR]\n");
+                           "       bench_grpo --config RUN.toml [--set key=value ...] [--steps S] [--async K] [--out-dir DIR]\n");
       return 2;
     }
   }
+  if (async_k < 0 || (async_k > 0 && config_path.empty())) {
+    std::fprintf(stderr, "bench_grpo: --async %lld: needs --config RUN.toml and K >= 1 (the max_staleness to compare "
+                         "with the synchronous loop)\n", (long long)async_k);
+    return 2;
+  }
+  if (async_k > 0) return async_config_bench(config_path, sets, steps_given ? steps : 4, async_k, out_dir);
   if (!config_path.empty()) return run_config_bench(config_path, sets, steps_given ? steps : 0, out_dir);
   auto cfg = preset_config(preset);
   if (!cfg.ok()) {

@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "model/safetensors.h"
+#include "train/loop_async.h"
 #include "train/loop_curriculum.h"
 #include "train/loop_remote.h"
 #include "dist/communicator.h"
@@ -200,9 +201,12 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
   };
   int64_t saved_step = -1;
   std::shared_ptr<TrajectorySource> remote_src;  // data.env = "remote": its queue goes into each checkpoint
+  // [async]: a checkpoint drains the rollouts queued (train/loop_async.h).
+  std::unique_ptr<AsyncRollouts> async;
   auto save = [&](bool mid_generation) -> Status {
     if (saved_step == st.step) return ok_status();
     saved_step = st.step;
+    if (async) async->drain();
     st.mid_generation = mid_generation;
     st.trajectory_queue = remote_src ? remote_src->checkpoint_state() : nlohmann::json();
     st.data_epoch = r.cursor->epoch();
@@ -243,7 +247,9 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
       res.stop_signal = opt.stop_signal->load();
   }
   const int64_t mu = cfg.train.num_iterations, spg = cfg.train.steps_per_generation;
-  const bool use_old = mu > 1 || spg > 1;
+  if (cfg.async.max_staleness > 0 && !remote) async = std::make_unique<AsyncRollouts>(r);
+  // Asynchronous batches arrive with the old logprobs of the version that sampled them.
+  const bool use_old = mu > 1 || spg > 1 || async;
   std::optional<RolloutBatch> batch;
   int64_t batch_pos = 0;  // optimizer steps taken on `batch`
   bool ckpt_due = false;
@@ -261,7 +267,14 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
   while (!remote && st.step < cfg.train.steps && !st.stopped_early && !stop_requested()) {
     const double t_step = now_seconds();
     MetricList rec;
-    if (!batch) {
+    if (!batch && async) {
+      if (!async->primed()) GRPO_TRY(async->prime().with_context("asynchronous rollouts after step " + std::to_string(st.step)));
+      batch = async->pop(&rec);
+      batch_pos = 0;
+      async->launch();  // the next batch is sampled while this one trains
+      rec = concat(std::move(rec), batch->metrics);
+      rec.emplace_back("tokens/generated", double(batch->n_completion_tokens));
+    } else if (!batch) {
       std::vector<PreparedPrompt> prompts;
       const std::vector<size_t> global = r.cursor->next(size_t(cfg.rollout.prompts_per_step));
       const size_t mine_begin = size_t(prompt_split[size_t(rank)]), mine_end = size_t(prompt_split[size_t(rank) + 1]);
@@ -293,9 +306,16 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
       rec.emplace_back("time/reward", 0.0);
       rec.emplace_back("tokens/generated", 0.0);
     }
+    if (opt.on_batch && batch_pos == 0) opt.on_batch(st.step + 1, *batch);
     const size_t N = batch->completions.size(), chunk = size_t(batch_pos % spg);
     const size_t b0 = N * chunk / size_t(spg), b1 = N * (chunk + 1) / size_t(spg);
     auto tm = policy_train_step(r.trainer, *batch, b0, b1, use_old);
+    if (async) {
+      // Joined even when the step failed, so that no rollout outlives the loop's state.
+      const double t_train_end = now_seconds();
+      Status js = async->join(t_train_end, st.step + 1, &rec);
+      if (tm.ok() && !js.ok()) return js.with_context("asynchronous rollouts during step " + std::to_string(st.step + 1));
+    }
     if (!tm.ok()) return tm.status().with_context("train step " + std::to_string(st.step + 1));
     // Weight sync: the engine already reads the updated buffers; only its cached prefixes are stale.
     const double t_sync = now_seconds();

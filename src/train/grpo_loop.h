@@ -3,7 +3,8 @@
 // sample B prompts × G completions with the Engine (which reads the weights the
 // trainer updates in place), score them, compute group advantages and take
 // μ·steps_per_generation optimizer steps on the batch, resetting the engine's
-// prefix cache after every step. Evals, early stopping, metrics (JSONL,
+// prefix cache after every step ([async] max_staleness > 0: the engine samples
+// ahead from its own weight copy while the trainer steps, train/loop_async.h). Evals, early stopping, metrics (JSONL,
 // TensorBoard, console progress, end-of-run HTML plot) and atomic training
 // checkpoints (checkpoint_state.h) happen on schedule. docs/train-runs.md is
 // the user's view of locking, stopping and resuming.
@@ -53,6 +54,7 @@ class TrajectorySource;
 namespace grpo {
 
 class Communicator;
+struct RolloutBatch;
 
 struct TrainLoopOptions {
   std::string out_dir;            // "" = cfg.run.output_dir
@@ -65,6 +67,8 @@ struct TrainLoopOptions {
   // Polled between steps; non-zero (a signal number) = stop after the current step with a checkpoint.
   const std::atomic<int>* stop_signal = nullptr;
   std::function<void(int64_t step)> on_step;  // after each optimizer step, its metrics written
+  // Before the first optimizer step on each generation batch, with the step it feeds (tests).
+  std::function<void(int64_t step, const RolloutBatch&)> on_batch;
   // With [server] enabled: starts the HTTP front on the loop's engine service (the
   // CLI links src/server, which sits above train/). The returned handle is released,
   // stopping the server, before the service and the engine go away.

@@ -51,6 +51,9 @@ struct RolloutBatch {
   std::vector<float> global_rewards;
   std::vector<int> global_group_sizes;
   int64_t n_completion_tokens = 0;
+  // The version of the weights (optimizer steps taken) that sampled every group of the
+  // batch; set by asynchronous rollouts (train/loop_async.h), else -1 (the current one).
+  int64_t policy_version = -1;
   // reward/*, accuracy, completion/*, rollout/*, time/rollout, time/reward; tandem rollouts
   // add tandem/trained_token_frac, tandem/switches_per_completion, tandem/partner_tokens
   // (reward/* and accuracy are then the tandem rollouts' rewards).

@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <thread>
 
 #include "core/log.h"
 #include "engine/speculative.h"
+#include "train/loop_async.h"
 #include "model/checkpoint.h"
 #include "model/safetensors.h"
 
@@ -98,6 +100,8 @@ MemoryUse memory_use(const LoopRun& r, size_t longest_prompt) {
   const int64_t micro_tokens = std::max(seq_len, std::min(c.train.micro_batch_tokens, c.train.micro_batch * seq_len));
   m.activations = train_model_activation_bytes(r.weights->config, r.weights->dtype, micro_tokens,
                                                c.train.activation_recompute);
+  // Asynchronous rollouts score old logprobs with a second model on the engine's side.
+  if (r.engine_ctx) m.activations *= 2;
   return m;
 }
 
@@ -258,8 +262,18 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   }
   r.resumed = !r.resumed_from.empty();
 
+  GRPO_TRY(async_check_config(cfg, opt.comm ? opt.comm->size() : 1));
+  const bool async = cfg.async.max_staleness > 0;
   GRPO_ASSIGN_OR_RETURN(ContextOptions co, context_options(cfg, opt.n_threads));
   GRPO_ASSIGN_OR_RETURN(DType dt, dtype_of(cfg.model.dtype));
+  ContextOptions engine_co = co;
+  if (async) {
+    // The CPU threads are split so that the two sides never queue for one pool; on CUDA
+    // the engine's context brings its own stream, so rollout and training overlap on one GPU.
+    const int total = co.n_threads > 0 ? co.n_threads : int(std::max(1u, std::thread::hardware_concurrency()));
+    engine_co.n_threads = cfg.async.engine_threads > 0 ? int(cfg.async.engine_threads) : std::max(1, total / 2);
+    co.n_threads = std::max(1, total - engine_co.n_threads);
+  }
   r.ctx = std::make_unique<Context>(co);
   auto w = model_load(r.paths.model, co.device, dt, r.ctx.get());
   if (!w.ok()) return w.status().with_context("model.path");
@@ -370,6 +384,13 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   for (const auto* v : {&peek, &r.eval_prompts})
     for (const auto& p : *v) longest = std::max(longest, p.ids.size());
 
+  if (async) {
+    // Made before the KV budget is set, so that the budget counts the snapshot and the context's workspace.
+    r.engine_ctx = std::make_unique<Context>(engine_co);
+    r.snapshot = std::make_unique<ModelWeights>(weights_allocate(r.weights->config, co.device, r.weights->dtype));
+    tensor_copy(r.snapshot->arena, r.weights->arena);
+    r.engine_model = TrainModel(tmo);
+  }
   // Second models in the engine's block tables, loaded first so that the KV budget counts their weights.
   if (cfg.tandem.enabled) GRPO_TRY(tandem_load_partner(r, co, dt));
   {
@@ -391,11 +412,13 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
                   "their logprobs disagree more (logprob_mismatch/*); consider train.importance_sampling = "
                   "\"token_truncate\"", enum_name(kv_cache_dtype_names(), cfg.engine.kv_cache_dtype));
   eo.lora = t.lora.get();
+  Context& engine_ctx = async ? *r.engine_ctx : *r.ctx;
+  ModelWeights& engine_weights = async ? *r.snapshot : *r.weights;
   if (cfg.tandem.enabled) {
     GRPO_ASSIGN_OR_RETURN(EngineTandem et, tandem_setup(r, eo));
-    r.engine = std::make_unique<Engine>(*r.ctx, *r.weights, r.tok.get(), eo, &et);
+    r.engine = std::make_unique<Engine>(engine_ctx, engine_weights, r.tok.get(), eo, &et);
   } else {
-    r.engine = std::make_unique<Engine>(*r.ctx, *r.weights, r.tok.get(), eo, nullptr, r.draft.get());
+    r.engine = std::make_unique<Engine>(engine_ctx, engine_weights, r.tok.get(), eo, nullptr, r.draft.get());
   }
 
   SamplingParams& sp = r.rollout_cfg.params;

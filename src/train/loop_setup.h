@@ -31,6 +31,11 @@ struct LoopRun {
   std::unique_ptr<RewardComposer> rewards;
   std::unique_ptr<ModelWeights> partner;  // tandem.enabled: the frozen partner (outlives the engine)
   std::unique_ptr<ModelWeights> draft;    // engine.speculative.method = "draft": the draft model (outlives the engine)
+  // [async] max_staleness > 0 (train/loop_async.h): the engine's own context and copy of
+  // the weights, and the model that scores old logprobs on that context; else null.
+  std::unique_ptr<Context> engine_ctx;
+  std::unique_ptr<ModelWeights> snapshot;
+  TrainModel engine_model;
   std::unique_ptr<Engine> engine;
   PolicyTrainer trainer;
   PromptFormat format;

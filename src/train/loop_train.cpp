@@ -37,6 +37,13 @@ MicroBatchOptions micro_options(const PolicyTrainer& t, size_t count) {
 
 }  // namespace
 
+Result<std::vector<std::vector<float>>> policy_batch_logprobs(const PolicyTrainer& t, Context& ctx, TrainModel& m,
+                                                              const ModelWeights& w, const RolloutBatch& batch) {
+  std::vector<GrpoSample> all;
+  for (size_t i = 0; i < batch.completions.size(); ++i) all.push_back(sample_of(t, batch, i));
+  return compute_logprobs(ctx, m, w, all, micro_options(t, batch.completions.size()));
+}
+
 bool policy_has_reference(const PolicyTrainer& t) { return t.ref || (t.lora && t.loss.beta != 0); }
 
 Result<std::vector<std::vector<float>>> policy_reference_logprobs(PolicyTrainer& t, const std::vector<GrpoSample>& samples,

@@ -49,12 +49,20 @@ bool policy_has_reference(const PolicyTrainer& t);
 Result<std::vector<std::vector<float>>> policy_reference_logprobs(PolicyTrainer& t, const std::vector<GrpoSample>& samples,
                                                                   const MicroBatchOptions& mb);
 
+// The trainer's logprobs of every completion of `batch` under `w`, computed on `ctx`
+// with `m` (no gradients) in the micro-batches policy_train_step would use for the
+// whole batch: TRL's old_per_token_logps. The asynchronous loop calls it on the
+// rollout side with the weights that sampled the batch (train/loop_async.h).
+Result<std::vector<std::vector<float>>> policy_batch_logprobs(const PolicyTrainer& t, Context& ctx, TrainModel& m,
+                                                              const ModelWeights& w, const RolloutBatch& batch);
+
 // One optimizer step over completions [begin, end) of `batch`, as TRL's
 // GRPOTrainer: with use_old_logp (μ > 1 or several optimizer steps per
 // generation: the weights move between sampling and some of these steps) the
 // ratio is taken against the trainer's own logprobs under the weights that
 // generated the batch (batch.old_logp, computed by the first call on the
-// batch, which must come before any optimizer step since generation);
+// batch, which must come before any optimizer step since generation, unless
+// the batch arrives with them: asynchronous rollouts);
 // otherwise against the detached current logprobs, which are then the same
 // numbers. The importance-sampling correction (loss.is_mode) compares those
 // generation-time trainer logprobs with the sampler's (the completions'

@@ -206,6 +206,10 @@ Status RunConfig::validate() const {
             "must be 0 (replicated optimizer) or 1 (ZeRO-1: sharded optimizer state)");
   c.require(dist.bucket_mb > 0, "dist.bucket_mb", dist.bucket_mb, "must be > 0");
   c.require(dist.timeout_s > 0, "dist.timeout_s", dist.timeout_s, "must be > 0 seconds");
+  c.require(async.max_staleness >= 0 && async.max_staleness <= 64, "async.max_staleness", async.max_staleness,
+            "must be in [0, 64] (0 = synchronous rollouts)");
+  c.require(async.engine_threads >= 0 && async.engine_threads <= 4096, "async.engine_threads", async.engine_threads,
+            "must be >= 0 (0 = half of the CPU threads)");
   c.require(checkpoint.every >= 0, "checkpoint.every", checkpoint.every, "must be >= 0");
   c.require(checkpoint.keep_last >= 0, "checkpoint.keep_last", checkpoint.keep_last, "must be >= 0 (0 = keep all)");
   c.require(log.every >= 1, "log.every", log.every, "must be >= 1");

@@ -238,6 +238,12 @@ struct LoraSection {
   std::string init_from;  // a PEFT adapter directory to start from instead (its r, alpha, targets must match)
 };
 
+// [async]: rollouts generated while the trainer steps (docs/async.md). 0 = the synchronous loop.
+struct AsyncSection {
+  int64_t max_staleness = 0;   // k: the batch of generation g is sampled from the weights after step g − k
+  int64_t engine_threads = 0;  // CPU: threads of the rollout side (the trainer keeps the rest); 0 = half
+};
+
 struct RunConfig {
   RunSection run;
   ModelSection model;
@@ -258,6 +264,7 @@ struct RunConfig {
   RemoteSection remote;
   DistSection dist;
   LoraSection lora;
+  AsyncSection async;
 
   // Value checks; the message names the key and value ("train.lr = -1: must be > 0").
   Status validate() const;

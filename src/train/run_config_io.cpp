@@ -131,6 +131,7 @@ std::vector<Field> fields_of(RunConfig& c) {
       {"lora.dropout", &c.lora.dropout}, {"lora.use_rslora", &c.lora.use_rslora},
       {"lora.target_modules", &c.lora.target_modules}, {"lora.seed", &c.lora.seed},
       {"lora.init_from", &c.lora.init_from},
+      {"async.max_staleness", &c.async.max_staleness}, {"async.engine_threads", &c.async.engine_threads},
   };
 }
 

@@ -1,0 +1,153 @@
+// Asynchronous rollouts for the GRPO loop (see loop_async.h).
+#include "train/loop_async.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+#include "core/timer.h"
+#include "train/loop_setup.h"
+
+namespace grpo {
+
+Status async_check_config(const RunConfig& cfg, int n_ranks) {
+  if (cfg.async.max_staleness == 0) return ok_status();
+  const std::string k = "async.max_staleness = " + std::to_string(cfg.async.max_staleness);
+  if (cfg.train.num_iterations != 1 || cfg.train.steps_per_generation != 1)
+    return error_status(k + " needs one optimizer step per generation batch (train.num_iterations = 1 and "
+                            "train.steps_per_generation = 1); set those, or async.max_staleness = 0");
+  if (n_ranks > 1)
+    return error_status(k + ": asynchronous rollouts run on one rank; set async.max_staleness = 0 for data-parallel runs");
+  if (cfg.lora.enabled)
+    return error_status(k + ": the engine's weight snapshot does not cover LoRA adapters; set async.max_staleness = 0 "
+                            "with [lora]");
+  if (cfg.server.enabled)
+    return error_status(k + ": [server] serves the engine between rollouts, which asynchronous rollouts never leave; "
+                            "set server.enabled = false or async.max_staleness = 0");
+  if (cfg.curriculum.type != CurriculumType::none)
+    return error_status(k + ": the curriculum sizes each batch from the rewards of the batches before it, which are "
+                            "not trained yet; set curriculum.type = \"none\" or async.max_staleness = 0");
+  if (cfg.data.env == "remote")
+    return error_status(k + ": data.env = \"remote\" gets its groups from outside environments (see "
+                            "remote.max_staleness); set async.max_staleness = 0");
+  return ok_status();
+}
+
+AsyncRollouts::AsyncRollouts(LoopRun& r) : r_(r), k_(r.cfg.async.max_staleness) {
+  GRPO_CHECK(k_ > 0 && r_.snapshot && r_.engine_ctx);
+}
+
+AsyncRollouts::~AsyncRollouts() {
+  if (worker_.joinable()) worker_.join();
+}
+
+Status AsyncRollouts::refresh_snapshot(int64_t version) {
+  // The trainer's context is synchronised after every step and tensor_copy orders
+  // itself against every stream, so the engine's next kernels see the new weights.
+  r_.ctx->synchronize();
+  tensor_copy(r_.snapshot->arena, r_.weights->arena);
+  version_ = version;
+  r_.engine->reset_prefix_cache();
+  return ok_status();
+}
+
+Result<AsyncRollouts::Queued> AsyncRollouts::produce() {
+  LoopRun& r = r_;
+  Queued q;
+  q.generation = r.state.generation;
+  q.data_epoch = r.cursor->epoch();
+  q.data_index = r.cursor->index();
+  std::vector<PreparedPrompt> prompts;
+  for (size_t i : r.cursor->next(size_t(r.cfg.rollout.prompts_per_step))) {
+    auto p = prompt_prepare(r.format, *r.tok, r.env->example(Split::train, i));
+    if (!p.ok()) return p.status();
+    prompts.push_back(std::move(p).value());
+  }
+  auto b = rollout_generate(*r.engine, *r.env, *r.rewards, std::move(prompts), r.rollout_cfg, q.generation);
+  if (!b.ok()) return b.status().with_context("rollout of generation " + std::to_string(q.generation));
+  q.batch = std::move(b).value();
+  q.batch.policy_version = version_;
+  const double t0 = now_seconds();
+  auto old = policy_batch_logprobs(r.trainer, *r.engine_ctx, r.engine_model, *r.snapshot, q.batch);
+  if (!old.ok())
+    return old.status().with_context("old logprobs of generation " + std::to_string(q.generation) +
+                                     " under the weights of step " + std::to_string(version_));
+  q.batch.old_logp = std::move(old).value();
+  q.batch.metrics.emplace_back("time/old_logprobs", now_seconds() - t0);
+  ++r.state.generation;
+  return q;
+}
+
+Status AsyncRollouts::prime() {
+  GRPO_CHECK(!launched_ && queue_.empty());
+  const double t0 = now_seconds();
+  GRPO_TRY(refresh_snapshot(r_.state.step));
+  r_.engine_ctx->make_current();
+  for (int64_t j = 0; j < k_ && r_.state.generation < r_.cfg.train.steps; ++j) {
+    GRPO_ASSIGN_OR_RETURN(Queued q, produce());
+    queue_.push_back(std::move(q));
+  }
+  r_.ctx->make_current();
+  primed_ = true;
+  prime_wait_ += now_seconds() - t0;
+  return ok_status();
+}
+
+RolloutBatch AsyncRollouts::pop(MetricList* rec) {
+  GRPO_CHECK(primed_ && !queue_.empty());
+  Queued q = std::move(queue_.front());
+  queue_.pop_front();
+  const double lag = double(r_.state.step - q.batch.policy_version);
+  rec->emplace_back("async/version_lag", lag);
+  rec->emplace_back("async/policy_version", double(q.batch.policy_version));
+  rec->emplace_back("async/queued", double(queue_.size()));
+  return std::move(q.batch);
+}
+
+void AsyncRollouts::launch() {
+  GRPO_CHECK(primed_ && !launched_);
+  t_launch_ = now_seconds();
+  if (r_.state.generation >= r_.cfg.train.steps) return;  // every batch the run trains on is sampled
+  launched_ = true;
+  worker_ = std::thread([this] {
+    r_.engine_ctx->make_current();
+    in_flight_ = std::make_unique<Result<Queued>>(produce());
+    t_done_ = now_seconds();
+  });
+}
+
+Status AsyncRollouts::join(double t_train_end, int64_t new_version, MetricList* rec) {
+  double wait = prime_wait_, idle = 0;
+  prime_wait_ = 0;
+  if (launched_) {
+    worker_.join();
+    launched_ = false;
+    const double t_join = now_seconds();
+    wait += std::max(0.0, t_join - t_train_end);
+    idle = std::max(0.0, t_train_end - t_done_);
+    Result<Queued> q = std::move(*in_flight_);
+    in_flight_.reset();
+    if (!q.ok()) return q.status();
+    queue_.push_back(std::move(q).value());
+  } else {
+    idle = std::max(0.0, t_train_end - t_launch_);  // nothing left to sample: the engine sat out the step
+  }
+  const double t0 = now_seconds();
+  GRPO_TRY(refresh_snapshot(new_version));
+  rec->emplace_back("time/trainer_wait", wait);
+  rec->emplace_back("time/engine_idle", idle);
+  rec->emplace_back("time/snapshot_copy", now_seconds() - t0);
+  return ok_status();
+}
+
+void AsyncRollouts::drain() {
+  GRPO_CHECK(!launched_);
+  if (!queue_.empty()) {
+    const Queued& first = queue_.front();
+    r_.cursor->restore(first.data_epoch, first.data_index);
+    r_.state.generation = first.generation;
+  }
+  queue_.clear();
+  primed_ = false;
+}
+
+}  // namespace grpo
