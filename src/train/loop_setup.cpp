@@ -28,7 +28,8 @@ Result<DType> dtype_of(const std::string& s) {
 Result<ContextOptions> context_options(const RunConfig& cfg, int n_threads) {
   ContextOptions co;
   co.n_threads = n_threads;
-  co.deterministic = cfg.run.deterministic;
+  // Bitwise on-policy needs every kernel of both sides batch-invariant (docs/bitwise.md).
+  co.deterministic = cfg.run.deterministic || cfg.train.on_policy == "bitwise";
   const std::string& d = cfg.model.device;
   if (d == "cpu") return co;
   if (!cuda_available())
@@ -179,7 +180,8 @@ Status write_run_files(const LoopRun& r, const PreparedPrompt* example) {
                {"importance_sampling", is_mode_name(r.trainer.loss.is_mode)},
                {"importance_sampling_level", is_level_name(r.trainer.loss.is_level)},
                {"trainer_temperature", r.cfg.rollout.temperature},
-               {"rollout_logprobs", logprobs_mode_name(r.rollout_cfg.params.logprobs_mode)}};
+               {"rollout_logprobs", logprobs_mode_name(r.rollout_cfg.params.logprobs_mode)},
+               {"on_policy", r.cfg.train.on_policy}};
   j["trainer"] = {{"micro_batch", r.trainer.micro_batch}, {"micro_batch_tokens", r.trainer.micro_tokens},
                   {"grad_accum", r.trainer.grad_accum}, {"activation_recompute", r.trainer.model.opt.recompute},
                   {"weight_decay_all", r.trainer.opt.cfg.decay_all}};
@@ -391,6 +393,7 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
                   "their logprobs disagree more (logprob_mismatch/*); consider train.importance_sampling = "
                   "\"token_truncate\"", enum_name(kv_cache_dtype_names(), cfg.engine.kv_cache_dtype));
   eo.lora = t.lora.get();
+  eo.bitwise_logprobs = cfg.train.on_policy == "bitwise";
   if (cfg.tandem.enabled) {
     GRPO_ASSIGN_OR_RETURN(EngineTandem et, tandem_setup(r, eo));
     r.engine = std::make_unique<Engine>(*r.ctx, *r.weights, r.tok.get(), eo, &et);
