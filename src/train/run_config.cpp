@@ -188,9 +188,6 @@ Status RunConfig::validate() const {
     c.require(!engine.speculative.options().enabled(), k, v,
               "does not support speculative decoding yet; set engine.speculative.method = \"off\"");
     c.require(!tandem.enabled, k, v, "does not support tandem training yet; set tandem.enabled = false");
-    c.require(!lora.enabled, k, v,
-              "does not support LoRA yet (the engine adds the adapters to the residual in another order than the "
-              "trainer); set lora.enabled = false");
     c.require(data.env != "remote", k, v,
               "has no effect on trajectories posted by outside environments (data.env = \"remote\"), whose logprobs "
               "come from their own engine");

@@ -3,7 +3,7 @@
 // train_model_forward computes for it in the forward whose gradient is taken. Each
 // case runs real rollouts through the scheduler (prefix-cache hits between samples
 // and across calls, chunked prefill under a small token budget, preemption in a tiny
-// KV pool, prompts of mixed lengths in one batch, temperatures 1 and 0.7), then the
+// KV pool, prompts of mixed lengths in one batch, temperatures 1 and 0.7, LoRA), then the
 // trainer's forward over the same sequences packed into micro-batches of another
 // composition, and compares the floats with memcmp. A last case shows that the
 // default engine does not give the trainer's bits, so the property is not vacuous.
@@ -15,6 +15,7 @@
 
 #include "../engine/engine_test_util.h"
 #include "engine/engine.h"
+#include "model/lora.h"
 #include "model/presets.h"
 #include "train/run_config.h"
 #include "train_util.h"
@@ -31,8 +32,9 @@ struct Rollout {
   int64_t prefix_hits = 0, preemptions = 0;
 };
 
-EngineOptions opts(bool bitwise, int n_kv_blocks) {
+EngineOptions opts(bool bitwise, int n_kv_blocks, const LoraWeights* lora = nullptr) {
   EngineOptions o;
+  o.lora = lora;
   o.block_size = 4;
   o.n_kv_blocks = n_kv_blocks;
   o.max_num_seqs = 8;
@@ -87,10 +89,11 @@ Rollout roll(Context& ctx, ModelWeights& w, const std::vector<std::vector<int32_
 // The trainer's logprobs of every completion token, from forwards that keep activations
 // for backward, over micro-batches of `micro` sequences taken in reverse order.
 std::vector<std::vector<float>> train_logprobs(Context& ctx, const ModelWeights& w, const Rollout& r,
-                                               float temperature, int micro) {
+                                               float temperature, int micro, const LoraWeights* lora = nullptr) {
   TrainModelOptions mo;
   mo.temperature = temperature;
   TrainModel m(mo);
+  m.lora = lora;
   std::vector<std::vector<float>> lp(r.seqs.size());
   for (int end = int(r.seqs.size()); end > 0; end -= micro) {
     const int begin = std::max(0, end - micro);
@@ -144,18 +147,18 @@ ContextOptions det() {
 
 // Every scenario on one model: roomy pool (prefix hits, chunked prefill, mixed batches)
 // and a pool so small that sequences are preempted and recomputed; T = 1 and 0.7.
-void expect_bitwise(ModelWeights& w, uint32_t seed) {
+void expect_bitwise(ModelWeights& w, uint32_t seed, const LoraWeights* lora = nullptr) {
   const auto prompts = mixed_prompts(w.config.vocab_size, seed);
   for (float temperature : {1.f, 0.7f}) {
     for (int n_blocks : {256, 14}) {
       SCOPED_TRACE("temperature " + std::to_string(temperature) + ", " + std::to_string(n_blocks) + " KV blocks");
       Context ctx(det());
-      const Rollout r = roll(ctx, w, prompts, temperature, opts(true, n_blocks));
+      const Rollout r = roll(ctx, w, prompts, temperature, opts(true, n_blocks, lora));
       ASSERT_EQ(r.seqs.size(), 2 * 3 * prompts.size());
       EXPECT_GT(r.prefix_hits, 0);
       if (n_blocks < 64) EXPECT_GT(r.preemptions, 0) << "the tiny pool should force preemption";
       for (int micro : {1, 7}) {
-        const Mismatch m = compare(r, train_logprobs(ctx, w, r, temperature, micro));
+        const Mismatch m = compare(r, train_logprobs(ctx, w, r, temperature, micro, lora));
         EXPECT_GT(m.n_tokens, 0);
         EXPECT_EQ(m.n_differ, 0) << m.n_differ << " of " << m.n_tokens << " logprobs differ (max |Δ| " << m.max_abs
                                  << ") with trainer micro-batches of " << micro;
@@ -199,6 +202,24 @@ TEST(Bitwise, TinyMistralSlidingWindow) {
   expect_bitwise(w, 5);
 }
 
+// LoRA adapters on every projection, unmerged on both sides (the engine adds them per row
+// group after the base product, the trainer over the packed batch). B is random, not PEFT's
+// zero start, so that the adapters change every output.
+TEST(Bitwise, LoraAdaptersOnTinyQwen2) {
+  ModelWeights w = preset_weights("tiny-qwen2", 6);
+  LoraConfig lc;
+  lc.enabled = true;
+  lc.r = 4;
+  LoraWeights lora = lora_allocate(w.config, lc, Device::cpu, DType::f32);
+  lora_init(lora, 6);
+  std::mt19937 rng(6);
+  std::normal_distribution<float> nd(0.f, 0.3f);
+  for (auto& [name, t] : lora.params())
+    if (name.size() > 2 && name.compare(name.size() - 2, 2, ".B") == 0)
+      for (int64_t i = 0; i < t->numel(); ++i) t->ptr<float>()[i] = nd(rng);
+  expect_bitwise(w, 6, &lora);
+}
+
 // The default engine (sampler's logprobs from its own logits, GEMMs shaped by the batch)
 // does not reproduce the trainer's bits: what the bitwise mode changes is needed.
 TEST(Bitwise, DefaultModeIsNotBitwise) {
@@ -232,6 +253,5 @@ TEST(Bitwise, ConfigRefusesWhatItCannotMatch) {
   refused([](RunConfig& c) { c.model.device = "cuda"; }, "model.device = \"cpu\"");
   refused([](RunConfig& c) { c.engine.kv_cache_dtype = KvCacheDtype::fp8_e4m3; }, "kv_cache_dtype");
   refused([](RunConfig& c) { c.rollout.top_p = 0.9; }, "top_p = 1");
-  refused([](RunConfig& c) { c.lora.enabled = true; }, "LoRA");
   refused([](RunConfig& c) { c.tandem.enabled = true; }, "tandem");
 }
