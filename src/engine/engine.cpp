@@ -36,6 +36,11 @@ Status EngineOptions::validate() const {
       return bad("cuda_graph_batch_sizes: " + std::to_string(b) + " is outside [1, max_num_seqs = " +
                  std::to_string(max_num_seqs) + "]");
   GRPO_TRY(speculative.validate());
+  if (bitwise_logprobs && kv_cache_dtype != KvCacheDtype::automatic)
+    return bad("bitwise_logprobs needs kv_cache_dtype = \"auto\": the trainer attends over unquantised K/V, so "
+               "rollouts over an FP8 cache cannot give its logprobs bit for bit");
+  if (bitwise_logprobs && speculative.enabled())
+    return bad("bitwise_logprobs does not support speculative decoding yet; set speculative method = \"off\"");
   return ok_status();
 }
 
@@ -72,6 +77,7 @@ Engine::Engine(Context& ctx, ModelWeights& w, const Tokenizer* tok, EngineOption
   GRPO_CHECK_MSG(!tandem || tandem->partner, "engine: a tandem setup needs its partner weights");
   const SpeculativeOptions& spec = opt_.speculative;
   GRPO_CHECK_MSG(!(tandem && spec.enabled()), "engine: speculative decoding and tandem decoding cannot be combined");
+  GRPO_CHECK_MSG(!(tandem && opt_.bitwise_logprobs), "engine: bitwise_logprobs does not support tandem decoding yet");
   GRPO_CHECK_MSG((spec.method == SpecMethod::draft) == (draft != nullptr),
                  "engine: speculative method \"draft\" needs the draft weights (and only it takes them)");
   const ModelWeights* second = tandem ? tandem->partner : draft;

@@ -68,6 +68,14 @@ struct EngineOptions {
   // steps mixing adapters other than `lora` run eagerly (graphs hold `lora` on every row).
   std::vector<const LoraWeights*> lora_slots;
   SpeculativeOptions speculative;              // [engine.speculative] (engine/speculative.h)
+  // Bitwise on-policy logprobs (docs/bitwise.md): every sampled row's logprobs are
+  // recomputed from its final hidden row by the trainer's own LM-head logprob kernel
+  // (kernels/logprob.h) over the full vocabulary: logprob_raw at temperature 1,
+  // logprob_processed at the row's temperature (0 counts as 1; banned ids and the
+  // top-k/top-p/min-p filters do not enter it, as the trainer scores neither). With a
+  // deterministic Context this equals the trainer's forward bit for bit. CPU only for
+  // now; needs kv_cache_dtype auto and no speculative decoding.
+  bool bitwise_logprobs = false;
   Status validate() const;
 };
 

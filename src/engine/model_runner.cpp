@@ -10,6 +10,7 @@
 
 #include "core/log.h"
 #include "engine/cuda_graph.h"
+#include "kernels/logprob.h"
 #include "kernels/row_logprob.h"
 
 namespace grpo {
@@ -108,6 +109,14 @@ ModelRunner::ModelRunner(Context& ctx, const ModelWeights& w, const EngineOption
   d_lp_raw_ = tensor_zeros(dev, DType::f32, {N});
   d_lp_proc_ = tensor_zeros(dev, DType::f32, {N});
   h_block_table_.assign(size_t(N) * size_t(max_blocks_per_seq_), 0);
+  if (opt_.bitwise_logprobs) {
+    // Invariants: the loop's config check (train.on_policy) refuses these with a hint.
+    GRPO_CHECK_MSG(dev == Device::cpu, "ModelRunner: bitwise_logprobs runs on the CPU backend only (docs/bitwise.md)");
+    GRPO_CHECK_MSG(ctx.deterministic(), "ModelRunner: bitwise_logprobs needs a deterministic Context (batch-invariant "
+                                        "kernels), or rollouts would not equal the trainer's forward");
+    GRPO_CHECK_MSG(geo.kv_dtype == w.dtype, "ModelRunner: bitwise_logprobs needs an unquantised KV cache");
+    d_lse_ = tensor_zeros(dev, DType::f32, {N});
+  }
 
   if (opt_.use_cuda_graphs) {
     if (dev != Device::cuda) {
@@ -367,6 +376,41 @@ void ModelRunner::sample(const std::vector<RowSampling>& rows, std::vector<Sampl
           s.top.emplace_back(top_ids[size_t(r * n_top + j)], top_lps[size_t(r * n_top + j)]);
       }
     }
+  }
+  if (opt_.bitwise_logprobs) trainer_logprobs(rows, out);
+}
+
+// The trainer scores logits / T over the full vocabulary with token_logprobs_forward on
+// the final-normed hidden rows; here the same kernel runs on the same rows (which equal
+// the trainer's bit for bit under a deterministic context), one call per run of rows
+// that share a temperature. The kernel's result for a row depends on that row alone.
+void ModelRunner::trainer_logprobs(const std::vector<RowSampling>& rows, std::vector<SampledRow>& out) {
+  const int64_t R = int64_t(rows.size());
+  const Tensor h = scratch_.xn.slice0(0, R);  // transformer_forward leaves the logit rows' final norm here
+  const Tensor tokens = d_tok_out_.slice0(0, R);
+  auto score = [&](int64_t r0, int64_t r1, float temperature, Tensor& dst) {
+    Tensor lp = dst.slice0(r0, r1), lse = d_lse_.slice0(r0, r1);
+    token_logprobs_forward(ctx_, lp, lse, nullptr, h.slice0(r0, r1), w_.lm_head, tokens.slice0(r0, r1), temperature);
+  };
+  auto temp_of = [&](int64_t r) { return rows[size_t(r)].temperature > 0.f ? rows[size_t(r)].temperature : 1.f; };
+  score(0, R, 1.f, d_lp_raw_);
+  for (int64_t r0 = 0; r0 < R;) {
+    int64_t r1 = r0 + 1;
+    while (r1 < R && temp_of(r1) == temp_of(r0)) ++r1;
+    if (temp_of(r0) == 1.f) {
+      Tensor dst = d_lp_proc_.slice0(r0, r1);
+      tensor_copy(dst, d_lp_raw_.slice0(r0, r1));
+    } else {
+      score(r0, r1, temp_of(r0), d_lp_proc_);
+    }
+    r0 = r1;
+  }
+  std::vector<float> lr, lp;
+  download(ctx_, lr, d_lp_raw_.slice0(0, R), R);
+  download(ctx_, lp, d_lp_proc_.slice0(0, R), R);
+  for (int64_t r = 0; r < R; ++r) {
+    out[size_t(r)].logprob_raw = lr[size_t(r)];
+    out[size_t(r)].logprob_processed = lp[size_t(r)];
   }
 }
 

@@ -85,6 +85,9 @@ class ModelRunner {
   ForwardBatch batch_view(int T, int S, int R, int max_context);
   void run_forward(const SchedulerOutput& step);
   void sample(const std::vector<RowSampling>& rows, std::vector<SampledRow>& out);
+  // EngineOptions::bitwise_logprobs: overwrites out's logprobs with the trainer's LM-head
+  // logprob of each sampled token (the tokens are in d_tok_out_, the hidden rows in scratch_.xn).
+  void trainer_logprobs(const std::vector<RowSampling>& rows, std::vector<SampledRow>& out);
   void capture_graphs();
 
   Context& ctx_;
@@ -107,6 +110,7 @@ class ModelRunner {
   Tensor d_tok_out_, d_lp_raw_, d_lp_proc_, d_top_ids_, d_top_lps_;
   int banned_cap_ = 0, top_cap_ = 0;
   Tensor d_given_ids_, d_given_temps_, d_given_lp_;  // (max_seqs) row_logprobs buffers, allocated on first use
+  Tensor d_lse_;  // (max_R) f32: trainer_logprobs' log-sum-exp output (unused but required by the kernel)
   // Host staging.
   std::vector<int32_t> h_tokens_, h_positions_, h_token_seq_, h_slots_, h_block_table_, h_logit_rows_;
   std::vector<std::array<int32_t, 4>> h_tiles_;  // (row0, n_rows, seq, pos0)

@@ -227,16 +227,23 @@ void layer_forward(Context& ctx, TrainState& st, const LoraWeights* lw, const Mo
   rope_forward(ctx, a.q, b.positions, rope.cos, rope.sin);
   rope_forward(ctx, a.k, b.positions, rope.cos, rope.sin);
   attention_forward(ctx, a.attn, &a.lse, a.q, a.k, a.v, layer_attn(c, b, l));
-  linear_forward(ctx, a.x_mid, a.attn.view({T, Hq * D}), L.wo, nullptr, false);
-  lora_forward(ctx, st, lw, l, {LoraTarget::o}, a.attn.view({T, Hq * D}), a.x_mid, a);
-  add_inplace(ctx, a.x_mid, x_in);
+  // Deterministic runs add each block's output to the residual in the engine's order
+  // (residual + product, then the adapters: transformer_forward accumulates into x), so
+  // that its rollouts reproduce these bits (docs/bitwise.md); otherwise the product and its
+  // adapters come first and the residual is added last.
+  const bool engine_order = ctx.deterministic();
+  auto block_out = [&](Tensor& out, const Tensor& in, const Tensor& wt, LoraTarget t, const Tensor& residual) {
+    if (engine_order) cast(ctx, out, residual);  // same dtype: a copy on the context's stream
+    linear_forward(ctx, out, in, wt, nullptr, engine_order);
+    lora_forward(ctx, st, lw, l, {t}, in, out, a);
+    if (!engine_order) add_inplace(ctx, out, residual);
+  };
+  block_out(a.x_mid, a.attn.view({T, Hq * D}), L.wo, LoraTarget::o, x_in);
   rmsnorm_forward(ctx, a.xn2, &a.rstd2, a.x_mid, L.mlp_norm, eps);
   linear_forward(ctx, a.gu, a.xn2, L.w_gate_up, nullptr, false);
   lora_forward(ctx, st, lw, l, {LoraTarget::gate, LoraTarget::up}, a.xn2, a.gu, a);
   swiglu_forward(ctx, a.act, a.gu);
-  linear_forward(ctx, x_out, a.act, L.w_down, nullptr, false);
-  lora_forward(ctx, st, lw, l, {LoraTarget::down}, a.act, x_out, a);
-  add_inplace(ctx, x_out, a.x_mid);
+  block_out(x_out, a.act, L.w_down, LoraTarget::down, a.x_mid);
 }
 
 // dx: gradient w.r.t. the layer output on entry, w.r.t. its input on return.

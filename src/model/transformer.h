@@ -59,7 +59,9 @@ ForwardScratch forward_scratch_allocate(const ModelConfig& cfg, Device dev, DTyp
                                         int max_logit_rows, int lora_r = 0);
 
 // Runs all layers for the batch, writing each token's K/V into the cache, and
-// writes logits (R, V) f32 for batch.logit_rows.
+// writes logits (R, V) f32 for batch.logit_rows. On return the first R rows of
+// scratch.xn hold those rows after the final RMSNorm (the LM head's input), which
+// the engine's bitwise logprobs read.
 void transformer_forward(Context& ctx, const ModelWeights& w, KVCache& cache, const RopeTable& rope,
                          const ForwardBatch& batch, ForwardScratch& scratch, Tensor& logits);
 

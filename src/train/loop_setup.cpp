@@ -30,7 +30,8 @@ Result<DType> dtype_of(const std::string& s) {
 Result<ContextOptions> context_options(const RunConfig& cfg, int n_threads) {
   ContextOptions co;
   co.n_threads = n_threads;
-  co.deterministic = cfg.run.deterministic;
+  // Bitwise on-policy needs every kernel of both sides batch-invariant (docs/bitwise.md).
+  co.deterministic = cfg.run.deterministic || cfg.train.on_policy == "bitwise";
   const std::string& d = cfg.model.device;
   if (d == "cpu") return co;
   if (!cuda_available())
@@ -183,7 +184,8 @@ Status write_run_files(const LoopRun& r, const PreparedPrompt* example) {
                {"importance_sampling", is_mode_name(r.trainer.loss.is_mode)},
                {"importance_sampling_level", is_level_name(r.trainer.loss.is_level)},
                {"trainer_temperature", r.cfg.rollout.temperature},
-               {"rollout_logprobs", logprobs_mode_name(r.rollout_cfg.params.logprobs_mode)}};
+               {"rollout_logprobs", logprobs_mode_name(r.rollout_cfg.params.logprobs_mode)},
+               {"on_policy", r.cfg.train.on_policy}};
   j["trainer"] = {{"micro_batch", r.trainer.micro_batch}, {"micro_batch_tokens", r.trainer.micro_tokens},
                   {"grad_accum", r.trainer.grad_accum}, {"activation_recompute", r.trainer.model.opt.recompute},
                   {"weight_decay_all", r.trainer.opt.cfg.decay_all}};
@@ -414,6 +416,7 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   eo.lora = t.lora.get();
   Context& engine_ctx = async ? *r.engine_ctx : *r.ctx;
   ModelWeights& engine_weights = async ? *r.snapshot : *r.weights;
+  eo.bitwise_logprobs = cfg.train.on_policy == "bitwise";
   if (cfg.tandem.enabled) {
     GRPO_ASSIGN_OR_RETURN(EngineTandem et, tandem_setup(r, eo));
     r.engine = std::make_unique<Engine>(engine_ctx, engine_weights, r.tok.get(), eo, &et);

@@ -174,6 +174,27 @@ Status RunConfig::validate() const {
   c.one_of("train.importance_sampling", t.importance_sampling,
            {"none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"});
   c.require(t.importance_sampling_cap >= 1, "train.importance_sampling_cap", t.importance_sampling_cap, "must be >= 1");
+  c.one_of("train.on_policy", t.on_policy, {"default", "bitwise"});
+  if (t.on_policy == "bitwise") {
+    const char* k = "train.on_policy";
+    const std::string v = t.on_policy;
+    c.require(model.device == "cpu", k, v,
+              "needs model.device = \"cpu\" for now: the CUDA rollout and training kernels still differ in GEMM "
+              "tiling and attention reduction order (docs/bitwise.md); use on_policy = \"default\" with "
+              "train.importance_sampling on CUDA");
+    c.require(engine.kv_cache_dtype == KvCacheDtype::automatic, k, v,
+              "needs engine.kv_cache_dtype = \"auto\": the trainer attends over unquantised K/V, so rollouts over an "
+              "FP8 cache cannot match it bit for bit");
+    c.require(!engine.speculative.options().enabled(), k, v,
+              "does not support speculative decoding yet; set engine.speculative.method = \"off\"");
+    c.require(!tandem.enabled, k, v, "does not support tandem training yet; set tandem.enabled = false");
+    c.require(data.env != "remote", k, v,
+              "has no effect on trajectories posted by outside environments (data.env = \"remote\"), whose logprobs "
+              "come from their own engine");
+    c.require(rollout.top_k == 0 && rollout.top_p >= 1.0 && rollout.min_p <= 0.0, k, v,
+              "needs rollout.top_k = 0, top_p = 1 and min_p = 0: the trainer scores the full-vocabulary "
+              "distribution at the sampling temperature, so rollouts must sample from it");
+  }
   c.require(t.max_consecutive_skipped_steps >= 0, "train.max_consecutive_skipped_steps",
             t.max_consecutive_skipped_steps, "must be >= 0 (0 = never stop)");
 

@@ -125,6 +125,11 @@ struct TrainSection {
   double importance_sampling_cap = 2.0;      // C of truncated/masked IS, >= 1
   bool importance_sampling_geomean = false;  // sequence_* modes: geometric mean of the token ratios, not their product
   bool mask_truncated_completions = false;
+  // How the rollout's logprobs relate to the trainer's (docs/bitwise.md): default | bitwise.
+  // bitwise: the engine reports, for every sampled token, the trainer's own LM-head
+  // logprob over batch-invariant kernels, equal bit for bit to the trainer's forward
+  // (logprob_mismatch/* = 0). Implies run.deterministic. CPU backend only for now.
+  std::string on_policy = "default";
   // Optimizer steps skipped in a row (non-finite gradient norm) before the run
   // ends with an error; 0 = never. There is no loss scaler whose warm-up skips
   // steps by design, so one skip is an outlier batch and ten in a row, over

@@ -93,7 +93,7 @@ std::vector<Field> fields_of(RunConfig& c) {
       {"train.scale_rewards", enum_ref(&t.scale_rewards, scale_rewards_names())}, {"train.importance_sampling", &t.importance_sampling},
       {"train.importance_sampling_cap", &t.importance_sampling_cap},
       {"train.importance_sampling_geomean", &t.importance_sampling_geomean},
-      {"train.mask_truncated_completions", &t.mask_truncated_completions},
+      {"train.mask_truncated_completions", &t.mask_truncated_completions}, {"train.on_policy", &t.on_policy},
       {"train.max_consecutive_skipped_steps", &t.max_consecutive_skipped_steps},
       {"eval.every", &e.every}, {"eval.at_start", &e.at_start}, {"eval.greedy", &e.greedy},
       {"eval.temperature", &e.temperature}, {"eval.n_prompts", &e.n_prompts}, {"eval.max_new_tokens", &e.max_new_tokens},

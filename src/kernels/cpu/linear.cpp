@@ -2,11 +2,16 @@
 // blocks of output columns across the thread pool (results do not depend on
 // the thread count). Decode-sized inputs, and every input in deterministic
 // mode, go row by row through sgemv so that a row's output does not depend on
-// the other rows of the batch.
+// the other rows of the batch. On that path an accumulating product is
+// computed on its own and then added (out + fl(x·wᵀ)), never folded into the
+// sgemv's beta: the trainer forms the same residual as fl(x·wᵀ) + out, and f32
+// addition commutes, so the engine's x += o·Woᵀ equals it bit for bit
+// (docs/bitwise.md).
 #include "kernels/linear.h"
 
 #include <algorithm>
 #include <mutex>
+#include <vector>
 
 #include "kernels/cpu/blas.h"
 
@@ -40,9 +45,14 @@ void linear_forward(Context& ctx, Tensor& out, const Tensor& x, const Tensor& w,
   ctx.parallel_for(n_blocks, [&](int64_t b0, int64_t b1) {
     const int64_t n0 = b0 * kColBlock, n1 = std::min(N, b1 * kColBlock);
     if (per_row) {
-      for (int64_t m = 0; m < M; ++m)
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, int(n1 - n0), int(K), 1.f, W + n0 * K, int(K), X + m * K, 1,
-                    accumulate ? 1.f : 0.f, O + m * N + n0, 1);
+      std::vector<float> acc(accumulate ? size_t(n1 - n0) : 0);
+      for (int64_t m = 0; m < M; ++m) {
+        float* y = accumulate ? acc.data() : O + m * N + n0;
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, int(n1 - n0), int(K), 1.f, W + n0 * K, int(K), X + m * K, 1, 0.f,
+                    y, 1);
+        if (accumulate)
+          for (int64_t n = n0; n < n1; ++n) O[m * N + n] += acc[size_t(n - n0)];
+      }
     } else {
       // out[:, n0:n1] (M, n1-n0) = x (M,K) · w[n0:n1]ᵀ (K, n1-n0)
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(n1 - n0), int(K), 1.f, X, int(K),

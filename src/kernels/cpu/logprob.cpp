@@ -2,7 +2,10 @@
 // (N, V): work is tiled into (64 rows × 1024 vocab) blocks, each one GEMM into a
 // small buffer. Per block we keep (max m, Σ exp(z−m), Σ exp(z−m)·z) per row;
 // blocks are merged per row in vocabulary order, so the result does not depend
-// on the thread count or on which other rows are in the batch.
+// on the thread count. In deterministic mode every tile row is its own sgemv
+// (sgemm's result for a row may depend on the tile height, i.e. on the other
+// rows), so a row's logprob is a function of that row alone: the engine calls this
+// kernel on one sampled row and gets the trainer's bits (docs/bitwise.md).
 //   z = (h·wᵀ)·(1/temperature), lse = log Σ exp z, logp = z[target] − lse,
 //   entropy = lse − Σ softmax(z)·z.
 // Backward: da_ij = dlogp_i·([j = t_i] − p_ij)/temperature with p = exp(z − lse);
@@ -31,8 +34,14 @@ inline Tile tile(int64_t rb, int64_t ch, int64_t N, int64_t V) {
   return t;
 }
 
-// z (nr, nv) = h[r0:] · w[v0:]ᵀ / temperature
-void tile_logits(const Tile& t, const float* H, const float* W, int64_t C, float inv_temp, float* z) {
+// z (nr, nv) = h[r0:] · w[v0:]ᵀ / temperature; per_row: one sgemv per row.
+void tile_logits(const Tile& t, const float* H, const float* W, int64_t C, float inv_temp, float* z, bool per_row) {
+  if (per_row) {
+    for (int64_t r = 0; r < t.nr; ++r)
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, int(t.nv), int(C), inv_temp, W + t.v0 * C, int(C),
+                  H + (t.r0 + r) * C, 1, 0.f, z + r * t.nv, 1);
+    return;
+  }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(t.nr), int(t.nv), int(C), inv_temp, H + t.r0 * C,
               int(C), W + t.v0 * C, int(C), 0.f, z, int(t.nv));
 }
@@ -59,13 +68,14 @@ void token_logprobs_forward(Context& ctx, Tensor& logp, Tensor& lse, Tensor* ent
   const float inv_temp = 1.f / temperature;
   const float *H = h.ptr<float>(), *W = w.ptr<float>();
   const int32_t* TG = targets.ptr<int32_t>();
+  const bool per_row = ctx.deterministic();
   // per (row, chunk) partial statistics
   std::vector<float> pm(size_t(N * n_ch)), ps(size_t(N * n_ch)), pz(size_t(N * n_ch)), zt(size_t(N), 0.f);
   ctx.parallel_for(n_rb * n_ch, [&](int64_t k0, int64_t k1) {
     std::vector<float> z(size_t(kRows * kVocab));
     for (int64_t k = k0; k < k1; ++k) {
       const Tile t = tile(k / n_ch, k % n_ch, N, V);
-      tile_logits(t, H, W, C, inv_temp, z.data());
+      tile_logits(t, H, W, C, inv_temp, z.data(), per_row);
       for (int64_t r = 0; r < t.nr; ++r) {
         const int64_t i = t.r0 + r;
         const float* zr = z.data() + r * t.nv;
@@ -111,6 +121,7 @@ void token_logprobs_backward(Context& ctx, Tensor& dh, Tensor* dw, const Tensor&
   const float inv_temp = 1.f / temperature;
   const float *H = h.ptr<float>(), *W = w.ptr<float>(), *DLP = dlogp.ptr<float>(), *LSE = lse.ptr<float>();
   const int32_t* TG = targets.ptr<int32_t>();
+  const bool per_row = ctx.deterministic();  // z exactly as the forward formed it
   float* DH = dh.ptr<float>();
   // dh: one task per row block, vocabulary chunks in order
   ctx.parallel_for(n_rb, [&](int64_t b0, int64_t b1) {
@@ -118,7 +129,7 @@ void token_logprobs_backward(Context& ctx, Tensor& dh, Tensor* dw, const Tensor&
     for (int64_t rb = b0; rb < b1; ++rb) {
       for (int64_t ch = 0; ch < n_ch; ++ch) {
         const Tile t = tile(rb, ch, N, V);
-        tile_logits(t, H, W, C, inv_temp, z.data());
+        tile_logits(t, H, W, C, inv_temp, z.data(), per_row);
         tile_grad(t, z.data(), DLP, TG, LSE, inv_temp);
         // dh[r0:] (nr, C) (+)= da (nr, nv) · w[v0:] (nv, C)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(t.nr), int(C), int(t.nv), 1.f, z.data(),
@@ -134,7 +145,7 @@ void token_logprobs_backward(Context& ctx, Tensor& dh, Tensor* dw, const Tensor&
     for (int64_t ch = c0; ch < c1; ++ch) {
       for (int64_t rb = 0; rb < n_rb; ++rb) {
         const Tile t = tile(rb, ch, N, V);
-        tile_logits(t, H, W, C, inv_temp, z.data());
+        tile_logits(t, H, W, C, inv_temp, z.data(), per_row);
         tile_grad(t, z.data(), DLP, TG, LSE, inv_temp);
         // dw[v0:] (nv, C) += daᵀ (nv, nr) · h[r0:] (nr, C)
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(t.nv), int(C), int(t.nr), 1.f, z.data(),
