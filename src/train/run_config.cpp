@@ -188,6 +188,9 @@ Status RunConfig::validate() const {
     c.require(!engine.speculative.options().enabled(), k, v,
               "does not support speculative decoding yet; set engine.speculative.method = \"off\"");
     c.require(!tandem.enabled, k, v, "does not support tandem training yet; set tandem.enabled = false");
+    c.require(async.max_staleness == 0, k, v,
+              "compares the rollout with the trainer at the same weights, but [async] samples from older ones; "
+              "set async.max_staleness = 0");
     c.require(data.env != "remote", k, v,
               "has no effect on trajectories posted by outside environments (data.env = \"remote\"), whose logprobs "
               "come from their own engine");
