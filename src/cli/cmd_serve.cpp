@@ -1,6 +1,7 @@
 // `grpo serve`: the rollout engine behind an OpenAI- and vLLM-compatible HTTP
 // server (src/server/, docs/serve.md). SIGTERM/SIGINT stop accepting generation
-// requests, let the ones in flight finish, and exit 0.
+// requests, let the ones in flight finish, and exit 0. --watch DIR follows a
+// training run through its checkpoints (server/weight_watch.h).
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -19,8 +20,10 @@
 #include "engine/engine.h"
 #include "engine/engine_config.h"
 #include "model/checkpoint.h"
+#include "model/lora.h"
 #include "engine/engine_service.h"
 #include "server/http_server.h"
+#include "server/weight_watch.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
@@ -31,7 +34,8 @@ std::atomic<int> g_signal{0};
 extern "C" void on_stop_signal(int sig) { g_signal = sig; }
 
 struct Args {
-  std::string model, device = "cpu", dtype, chat_template_file;
+  std::string model, device = "cpu", dtype, chat_template_file, lora, watch;
+  double watch_interval_s = 1.0;
   ServerOptions srv;
   EngineConfig engine;  // --block-size, --gpu-memory-utilization, ... (cli/engine_flags.h)
   int threads = 0;
@@ -71,6 +75,21 @@ int run(const Args& a) {
   Context ctx(co);
   auto w = model_load(a.model, co.device, dt, &ctx);
   if (!w.ok()) return cli::fail(cmd, w.status().message());
+  if (!(a.watch_interval_s > 0)) return cli::fail(cmd, "--watch-interval must be > 0 seconds");
+  std::string lora_dir = a.lora;
+  if (!a.watch.empty()) {
+    auto latest = watch_find_latest(a.watch);
+    if (!latest.ok()) return cli::fail(cmd, latest.status().message());
+    // A LoRA run's checkpoints are adapters: the engine needs an adapter slot of
+    // their shape from the start, and the newest one is as good as any.
+    if (lora_dir.empty() && latest.value() && latest.value()->adapter) lora_dir = latest.value()->path;
+  }
+  std::unique_ptr<LoraWeights> lora;  // applied unmerged to every request; --watch rewrites it in place
+  if (!lora_dir.empty()) {
+    auto l = lora_load(lora_dir, w.value().config, co.device, dt);
+    if (!l.ok()) return cli::fail(cmd, l.status().with_context("--lora").message());
+    lora = std::make_unique<LoraWeights>(std::move(l).value());
+  }
   std::unique_ptr<Tokenizer> tok;
   auto t = Tokenizer::load(a.model);
   if (t.ok()) tok = std::make_unique<Tokenizer>(std::move(t).value());
@@ -85,9 +104,26 @@ int run(const Args& a) {
   if (!eo_r.ok()) return cli::fail(cmd, eo_r.status().message());
   EngineOptions eo = eo_r.value();
   eo.seed = a.seed;
+  eo.lora = lora.get();
 
   Engine eng(ctx, w.value(), tok.get(), eo, nullptr, draft.value().get());
   EngineService svc(eng, ServiceOptions{so.max_queued_requests});
+  std::unique_ptr<WeightWatcher> watcher;
+  if (!a.watch.empty()) {
+    watcher = std::make_unique<WeightWatcher>(svc, eng, ctx, w.value(), lora.get(), WatchOptions{a.watch, a.watch_interval_s});
+    // The newest checkpoint is served from the first request on; a refused one ends
+    // the start (nothing good to serve yet would be a silent surprise).
+    auto first = watcher->poll();
+    if (!first.ok()) return cli::fail(cmd, first.status().message());
+    WatchStats ws = watcher->stats();
+    if (first.value())
+      std::fprintf(stderr, "grpo serve: --watch: loaded %s as policy version %lld in %.3f s\n", ws.loaded_path.c_str(),
+                   (long long)ws.version, ws.last_stage_s + ws.last_pause_s + ws.last_swap_s);
+    else
+      std::fprintf(stderr, "grpo serve: --watch: no checkpoint in %s yet; serving --model until one appears\n",
+                   a.watch.c_str());
+    watcher->start();
+  }
   HttpServer http(svc, tok.get(), so);
   std::signal(SIGTERM, on_stop_signal);
   std::signal(SIGINT, on_stop_signal);
@@ -100,6 +136,7 @@ int run(const Args& a) {
   std::fflush(stderr);
   while (g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::fprintf(stderr, "grpo serve: signal %d: draining %d in-flight requests\n", int(g_signal), http.n_in_flight());
+  if (watcher) watcher->stop();
   http.drain_and_stop(a.drain_timeout_s);
   svc.stop();
   std::fprintf(stderr, "grpo serve: stopped\n");
@@ -123,6 +160,12 @@ cli::CommandRegistrar reg("serve", "Serve the model over an OpenAI- and vLLM-com
   sub->add_option("--read-timeout", a->srv.read_timeout_s, "Seconds a client may stall while sending a request");
   sub->add_option("--write-timeout", a->srv.write_timeout_s, "Seconds a client may stall while receiving");
   sub->add_option("--drain-timeout", a->drain_timeout_s, "Seconds SIGTERM waits for in-flight requests");
+  sub->add_option("--lora", a->lora,
+                  "PEFT LoRA adapter directory applied to every request (with --watch: the slot new adapters load into)");
+  sub->add_option("--watch", a->watch,
+                  "Follow a run: load each new complete checkpoint of this directory (grpo train --out, or one "
+                  "checkpoint/model directory) between requests");
+  sub->add_option("--watch-interval", a->watch_interval_s, "Seconds between --watch scans");
   sub->add_option("--seed", a->seed, "Engine seed for requests without a seed");
   sub->add_option("--device", a->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--dtype", a->dtype, "Weights dtype: f32 or bf16 (default: f32 on cpu, bf16 on cuda)")
