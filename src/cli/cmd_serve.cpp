@@ -23,6 +23,8 @@
 #include "model/lora.h"
 #include "engine/engine_service.h"
 #include "server/http_server.h"
+#include "dist/ipc_bridge.h"
+#include "server/ipc_follow.h"
 #include "server/weight_watch.h"
 #include "tokenizer/tokenizer.h"
 
@@ -34,7 +36,8 @@ std::atomic<int> g_signal{0};
 extern "C" void on_stop_signal(int sig) { g_signal = sig; }
 
 struct Args {
-  std::string model, device = "cpu", dtype, chat_template_file, lora, watch;
+  std::string model, device = "cpu", dtype, chat_template_file, lora, watch, attach;
+  double attach_poll_s = 0.001;
   double watch_interval_s = 1.0;
   ServerOptions srv;
   EngineConfig engine;  // --block-size, --gpu-memory-utilization, ... (cli/engine_flags.h)
@@ -44,8 +47,24 @@ struct Args {
   double drain_timeout_s = 300;
 };
 
-int run(const Args& a) {
+int run(Args a) {
   const char* cmd = "serve";
+  if (a.model.empty() == a.attach.empty())
+    return cli::fail(cmd, a.model.empty() ? "give --model DIR (or --attach RUN_DIR to serve a running trainer's weights)"
+                                          : "--attach serves the trainer's model: drop --model");
+  std::unique_ptr<IpcAttachment> attach;
+  if (!a.attach.empty()) {
+    if (!a.watch.empty() || !a.lora.empty())
+      return cli::fail(cmd, "--attach serves the trainer's live weights; it does not combine with --watch or --lora");
+    if (!cuda_available())
+      return cli::fail(cmd, "--attach: this build has no CUDA backend or no GPU is visible; the CUDA IPC bridge maps "
+                            "the trainer's GPU memory (on the CPU, follow the run's checkpoints with --watch RUN_DIR)");
+    if (a.device != "cuda") return cli::fail(cmd, "--attach serves from GPU memory: add --device cuda");
+    auto at = IpcAttachment::open(a.attach);
+    if (!at.ok()) return cli::fail(cmd, at.status().message());
+    attach = std::move(at).value();
+    a.model = attach->model_dir();
+  }
   ServerOptions so = a.srv;
   if (!a.chat_template_file.empty()) {
     std::ifstream f(a.chat_template_file);
@@ -73,8 +92,11 @@ int run(const Args& a) {
   else if (a.dtype == "bf16") dt = DType::bf16;
   if (co.device == Device::cpu && dt != DType::f32) return cli::fail(cmd, "--dtype: the CPU backend runs f32 only");
   Context ctx(co);
-  auto w = model_load(a.model, co.device, dt, &ctx);
-  if (!w.ok()) return cli::fail(cmd, w.status().message());
+  Result<ModelWeights> w = attach ? Result<ModelWeights>(error_status("")) : model_load(a.model, co.device, dt, &ctx);
+  if (!attach && !w.ok()) return cli::fail(cmd, w.status().message());
+  if (attach && attach->weights().dtype != dt)
+    return cli::fail(cmd, std::string("--dtype: the trainer's weights are ") + dtype_name(attach->weights().dtype));
+  ModelWeights& weights = attach ? attach->weights() : w.value();
   if (!(a.watch_interval_s > 0)) return cli::fail(cmd, "--watch-interval must be > 0 seconds");
   std::string lora_dir = a.lora;
   if (!a.watch.empty()) {
@@ -86,7 +108,7 @@ int run(const Args& a) {
   }
   std::unique_ptr<LoraWeights> lora;  // applied unmerged to every request; --watch rewrites it in place
   if (!lora_dir.empty()) {
-    auto l = lora_load(lora_dir, w.value().config, co.device, dt);
+    auto l = lora_load(lora_dir, weights.config, co.device, dt);
     if (!l.ok()) return cli::fail(cmd, l.status().with_context("--lora").message());
     lora = std::make_unique<LoraWeights>(std::move(l).value());
   }
@@ -98,19 +120,19 @@ int run(const Args& a) {
   // Sequences served at once by default: vLLM's max_num_seqs default.
   constexpr int kServeMaxNumSeqs = 256;
   if (Status fs = cli::engine_flags_validate(a.engine); !fs.ok()) return cli::fail(cmd, fs.message());
-  auto draft = cli::engine_flags_load_draft(a.engine, w.value().config, ctx, dt);
+  auto draft = cli::engine_flags_load_draft(a.engine, weights.config, ctx, dt);
   if (!draft.ok()) return cli::fail(cmd, draft.status().message());
-  auto eo_r = cli::engine_flags_options(a.engine, co.device, w.value(), draft.value().get(), dt, kServeMaxNumSeqs);
+  auto eo_r = cli::engine_flags_options(a.engine, co.device, weights, draft.value().get(), dt, kServeMaxNumSeqs);
   if (!eo_r.ok()) return cli::fail(cmd, eo_r.status().message());
   EngineOptions eo = eo_r.value();
   eo.seed = a.seed;
   eo.lora = lora.get();
 
-  Engine eng(ctx, w.value(), tok.get(), eo, nullptr, draft.value().get());
+  Engine eng(ctx, weights, tok.get(), eo, nullptr, draft.value().get());
   EngineService svc(eng, ServiceOptions{so.max_queued_requests});
   std::unique_ptr<WeightWatcher> watcher;
   if (!a.watch.empty()) {
-    watcher = std::make_unique<WeightWatcher>(svc, eng, ctx, w.value(), lora.get(), WatchOptions{a.watch, a.watch_interval_s});
+    watcher = std::make_unique<WeightWatcher>(svc, eng, ctx, weights, lora.get(), WatchOptions{a.watch, a.watch_interval_s});
     // The newest checkpoint is served from the first request on; a refused one ends
     // the start (nothing good to serve yet would be a silent surprise).
     auto first = watcher->poll();
@@ -124,6 +146,14 @@ int run(const Args& a) {
                    a.watch.c_str());
     watcher->start();
   }
+  std::unique_ptr<IpcFollower> follower;
+  if (attach) {
+    IpcAttachment* at = attach.get();
+    follower = std::make_unique<IpcFollower>(svc, eng, [at] { return at->version(); }, [at] { return at->trainer_alive(); },
+                                             a.attach_poll_s);
+    follower->poll();
+    follower->start();
+  }
   HttpServer http(svc, tok.get(), so);
   std::signal(SIGTERM, on_stop_signal);
   std::signal(SIGINT, on_stop_signal);
@@ -134,9 +164,20 @@ int run(const Args& a) {
                so.host.c_str(), http.port(), so.served_model_name.c_str(), device_name(co.device), eng.n_kv_blocks(),
                eo.block_size, (long long)svc.policy_version());
   std::fflush(stderr);
-  while (g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  while (g_signal == 0 && !(follower && follower->trainer_gone()))
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  if (follower && follower->trainer_gone()) {
+    // Its memory is freed with it: nothing valid is left to serve.
+    std::fprintf(stderr, "grpo serve: error: the trainer (pid %d) exited; its weights are gone, stopping\n",
+                 attach->trainer_pid());
+    http.drain_and_stop(1);
+    follower->stop();
+    svc.stop();
+    return 1;
+  }
   std::fprintf(stderr, "grpo serve: signal %d: draining %d in-flight requests\n", int(g_signal), http.n_in_flight());
   if (watcher) watcher->stop();
+  if (follower) follower->stop();
   http.drain_and_stop(a.drain_timeout_s);
   svc.stop();
   std::fprintf(stderr, "grpo serve: stopped\n");
@@ -145,7 +186,11 @@ int run(const Args& a) {
 
 cli::CommandRegistrar reg("serve", "Serve the model over an OpenAI- and vLLM-compatible HTTP API", [](CLI::App* sub) {
   auto a = std::make_shared<Args>();
-  sub->add_option("--model", a->model, "Hugging Face model directory")->required();
+  sub->add_option("--model", a->model, "Hugging Face model directory");
+  sub->add_option("--attach", a->attach,
+                  "Serve a running grpo train's GPU weights in place (CUDA IPC; the run's --out, trained with "
+                  "[server] bridge = \"ipc\")");
+  sub->add_option("--attach-poll", a->attach_poll_s, "Seconds between checks of the trainer's policy version");
   sub->add_option("--host", a->srv.host, "Address to listen on (0.0.0.0: every interface)");
   sub->add_option("--port", a->srv.port, "Port (0: any free port; the chosen one is printed)");
   sub->add_option("--api-key", a->srv.api_key, "Require 'Authorization: Bearer KEY' on every endpoint but /health");

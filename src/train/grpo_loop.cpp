@@ -159,6 +159,13 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     GRPO_ASSIGN_OR_RETURN(http, opt.start_server(*svc, r.tok.get(), cfg.server));
     resume_at_exit.s = svc.get();
   }
+  if (cfg.server.bridge == "ipc" && lead) {
+    if (cfg.lora.enabled)
+      return error_status("server.bridge = \"ipc\" shares the full weight arena, but [lora] trains adapters beside a "
+                          "frozen base; follow a LoRA run with grpo serve --watch " + out_dir + " (adapter reloads)");
+    GRPO_ASSIGN_OR_RETURN(r.ipc, IpcExporter::create(out_dir, *r.weights, cfg.model.path, st.step));
+    if (con) std::fprintf(con, "grpo train: CUDA IPC bridge: grpo serve --attach %s --device cuda\n", out_dir.c_str());
+  }
   DataParallel dp;
   std::vector<int64_t> prompt_split = split_even(cfg.rollout.prompts_per_step, n_ranks);
   if (comm) {
@@ -303,6 +310,7 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     rec.emplace_back("time/sync", now_seconds() - t_sync);
     ++st.step;
     if (svc) svc->set_policy_version(st.step);
+    if (r.ipc) r.ipc->publish(st.step);  // after r.ctx->synchronize(): the new weights are complete
     ++steps_this_run;
     if (++batch_pos == mu * spg) batch.reset();
     const double wall = now_seconds() - t_step;

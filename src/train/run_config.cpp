@@ -228,6 +228,8 @@ Status RunConfig::validate() const {
   c.require(server.max_n >= 1 && server.max_n <= 1024, "server.max_n", server.max_n, "must be in [1, 1024]");
   c.require(server.max_queued_requests >= 1 && server.max_queued_requests <= 1000000, "server.max_queued_requests",
             server.max_queued_requests, "must be in [1, 1000000]");
+  c.require(server.bridge == "none" || server.bridge == "ipc", "server.bridge", server.bridge,
+            "must be \"none\" or \"ipc\" (CUDA IPC to grpo serve --attach; checkpoint reloads need no key: grpo serve --watch)");
   const RemoteSection& rm = remote;
   c.require(rm.url.empty() || rm.url.rfind("http://", 0) == 0, "remote.url", rm.url,
             "must start with http:// (e.g. http://127.0.0.1:8000), or be empty to host the API in this process");

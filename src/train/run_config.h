@@ -199,6 +199,11 @@ struct ServerSection {
   int64_t max_tokens_limit = 4096;
   int64_t max_n = 16;
   int64_t max_queued_requests = 256;
+  // Weight bridge to a separate `grpo serve` (docs/serve.md, "Weight bridges"): "none",
+  // or "ipc": export the GPU weight arena through CUDA IPC under the run directory and
+  // publish the policy version after each optimizer step (grpo serve --attach). Works
+  // with or without `enabled`.
+  std::string bridge = "none";
 };
 
 // [remote]: data.env = "remote" trains from scored groups that environment

@@ -118,7 +118,7 @@ std::vector<Field> fields_of(RunConfig& c) {
       {"server.api_key", &c.server.api_key}, {"server.served_model_name", &c.server.served_model_name},
       {"server.max_body_bytes", &c.server.max_body_bytes}, {"server.max_prompt_tokens", &c.server.max_prompt_tokens},
       {"server.max_tokens_limit", &c.server.max_tokens_limit}, {"server.max_n", &c.server.max_n},
-      {"server.max_queued_requests", &c.server.max_queued_requests},
+      {"server.max_queued_requests", &c.server.max_queued_requests}, {"server.bridge", &c.server.bridge},
       {"remote.url", &c.remote.url}, {"remote.host", &c.remote.host}, {"remote.port", &c.remote.port},
       {"remote.max_queued_sequences", &c.remote.max_queued_sequences}, {"remote.max_staleness", &c.remote.max_staleness},
       {"remote.stale", &c.remote.stale}, {"remote.stale_weight", &c.remote.stale_weight},
