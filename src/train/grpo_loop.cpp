@@ -305,12 +305,16 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     const double t_sync = now_seconds();
     r.engine->reset_prefix_cache();
     r.ctx->synchronize();
+    if (r.ipc) {  // after the synchronize: the published version promises complete weights
+      const double t_bridge = now_seconds();
+      r.ipc->publish(st.step + 1);
+      rec.emplace_back("time/bridge", now_seconds() - t_bridge);
+    }
     rec = concat(std::move(rec), tm.value());
     if (comm) GRPO_TRY(dp_reduce_step_metrics(*comm, rec).with_context("step metrics"));
     rec.emplace_back("time/sync", now_seconds() - t_sync);
     ++st.step;
     if (svc) svc->set_policy_version(st.step);
-    if (r.ipc) r.ipc->publish(st.step);  // after r.ctx->synchronize(): the new weights are complete
     ++steps_this_run;
     if (++batch_pos == mu * spg) batch.reset();
     const double wall = now_seconds() - t_step;
