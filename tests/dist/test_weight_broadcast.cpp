@@ -252,7 +252,7 @@ int run_ranks(const std::string& mode, std::string* log) {
   const std::string out = (std::filesystem::temp_directory_path() / ("grpo_bcast_" + mode + std::to_string(::getpid()))).string();
   const std::string cmd = "GRPO_BRIDGE_CHILD=" + mode + " mpirun --allow-run-as-root --oversubscribe -np 2 -x GRPO_BRIDGE_CHILD " +
                           std::filesystem::read_symlink("/proc/self/exe").string() +
-                          " --gtest_filter=WeightBroadcastMpiChild.Rank > " + out + " 2>&1";
+                          " --gtest_color=no --gtest_filter=WeightBroadcastMpiChild.Rank > " + out + " 2>&1";
   const int rc = std::system(cmd.c_str());
   std::ifstream f(out);
   std::stringstream ss;
