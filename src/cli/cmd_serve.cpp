@@ -17,6 +17,7 @@
 #include "cli/engine_flags.h"
 #include "core/context.h"
 #include "core/log.h"
+#include "core/timer.h"
 #include "engine/engine.h"
 #include "engine/engine_config.h"
 #include "model/checkpoint.h"
@@ -24,6 +25,7 @@
 #include "engine/engine_service.h"
 #include "server/http_server.h"
 #include "dist/ipc_bridge.h"
+#include "dist/weight_broadcast.h"
 #include "server/ipc_follow.h"
 #include "server/weight_watch.h"
 #include "tokenizer/tokenizer.h"
@@ -36,7 +38,9 @@ std::atomic<int> g_signal{0};
 extern "C" void on_stop_signal(int sig) { g_signal = sig; }
 
 struct Args {
-  std::string model, device = "cpu", dtype, chat_template_file, lora, watch, attach;
+  std::string model, device = "cpu", dtype, chat_template_file, lora, watch, attach, receive;
+  int receive_rank = 1;
+  double receive_timeout_s = 3600;
   double attach_poll_s = 0.001;
   double watch_interval_s = 1.0;
   ServerOptions srv;
@@ -54,8 +58,8 @@ int run(Args a) {
                                           : "--attach serves the trainer's model: drop --model");
   std::unique_ptr<IpcAttachment> attach;
   if (!a.attach.empty()) {
-    if (!a.watch.empty() || !a.lora.empty())
-      return cli::fail(cmd, "--attach serves the trainer's live weights; it does not combine with --watch or --lora");
+    if (!a.watch.empty() || !a.lora.empty() || !a.receive.empty())
+      return cli::fail(cmd, "--attach serves the trainer's live weights; it does not combine with --watch, --lora or --receive");
     if (!cuda_available())
       return cli::fail(cmd, "--attach: this build has no CUDA backend or no GPU is visible; the CUDA IPC bridge maps "
                             "the trainer's GPU memory (on the CPU, follow the run's checkpoints with --watch RUN_DIR)");
@@ -98,6 +102,9 @@ int run(Args a) {
     return cli::fail(cmd, std::string("--dtype: the trainer's weights are ") + dtype_name(attach->weights().dtype));
   ModelWeights& weights = attach ? attach->weights() : w.value();
   if (!(a.watch_interval_s > 0)) return cli::fail(cmd, "--watch-interval must be > 0 seconds");
+  if (!(a.attach_poll_s > 0)) return cli::fail(cmd, "--attach-poll must be > 0 seconds");
+  if (!a.watch.empty() && !a.receive.empty())
+    return cli::fail(cmd, "--watch and --receive both replace the weights; choose one bridge");
   std::string lora_dir = a.lora;
   if (!a.watch.empty()) {
     auto latest = watch_find_latest(a.watch);
@@ -146,6 +153,55 @@ int run(Args a) {
                    a.watch.c_str());
     watcher->start();
   }
+  // --receive: the NCCL bridge. The receiving thread blocks inside collectives that
+  // cannot be interrupted, so at exit it and its communicator are left to the process
+  // end rather than destroyed under it.
+  std::unique_ptr<Communicator> bridge_comm;
+  std::unique_ptr<WeightReceiver> receiver;
+  std::atomic<bool> receiver_failed{false};
+  if (!a.receive.empty()) {
+    std::string host;
+    int port = 0;
+    if (Status ps = bridge_parse_addr(a.receive, "--receive", &host, &port); !ps.ok()) return cli::fail(cmd, ps.message());
+    std::fprintf(stderr, "grpo serve: --receive: joining the trainer's weight bridge at %s as rank %d\n",
+                 a.receive.c_str(), a.receive_rank);
+    auto c = bridge_connect_server(host, port, a.receive_rank, a.receive_timeout_s);
+    if (!c.ok()) return cli::fail(cmd, c.status().message());
+    bridge_comm = std::move(c).value();
+    BroadcastOptions bo;  // bucket size: the trainer's plan decides; the handshake compares plans
+    TransferPlan plan = lora ? transfer_plan(*lora, bo.bucket_bytes) : transfer_plan(weights, bo.bucket_bytes);
+    receiver = std::make_unique<WeightReceiver>(*bridge_comm, lora ? lora->arena : weights.arena, std::move(plan), bo);
+    if (Status hs = receiver->handshake(); !hs.ok()) return cli::fail(cmd, hs.message());
+    WeightReceiver* rx = receiver.get();
+    std::thread([rx, &svc, &eng, &ctx, &receiver_failed] {
+      while (true) {
+        auto v = rx->wait_header();
+        if (!v.ok()) {
+          std::fprintf(stderr, "grpo serve: error: weight bridge: %s\n", v.status().message().c_str());
+          receiver_failed = true;
+          return;
+        }
+        if (v.value() < 0) {
+          std::fprintf(stderr, "grpo serve: the trainer finished; serving policy version %lld from now on\n",
+                       (long long)svc.policy_version());
+          return;
+        }
+        const double t0 = now_seconds();
+        svc.pause_and_drain();
+        Status st = rx->receive(ctx);
+        if (!st.ok()) {  // partly written weights: nothing valid to serve
+          std::fprintf(stderr, "grpo serve: error: %s\n", st.message().c_str());
+          receiver_failed = true;
+          return;
+        }
+        eng.reset_prefix_cache();
+        svc.set_policy_version(v.value());
+        svc.resume();
+        GRPO_LOG_INFO("serve --receive: policy version %lld in %.4f s (transfer %.4f s)", (long long)v.value(),
+                      now_seconds() - t0, rx->stats().last_s);
+      }
+    }).detach();
+  }
   std::unique_ptr<IpcFollower> follower;
   if (attach) {
     IpcAttachment* at = attach.get();
@@ -164,8 +220,14 @@ int run(Args a) {
                so.host.c_str(), http.port(), so.served_model_name.c_str(), device_name(co.device), eng.n_kv_blocks(),
                eo.block_size, (long long)svc.policy_version());
   std::fflush(stderr);
-  while (g_signal == 0 && !(follower && follower->trainer_gone()))
+  while (g_signal == 0 && !(follower && follower->trainer_gone()) && !receiver_failed)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  if (receiver_failed) {
+    http.drain_and_stop(1);
+    (void)bridge_comm.release();
+    (void)receiver.release();
+    std::_Exit(1);  // the service may be paused mid-update: no orderly drain
+  }
   if (follower && follower->trainer_gone()) {
     // Its memory is freed with it: nothing valid is left to serve.
     std::fprintf(stderr, "grpo serve: error: the trainer (pid %d) exited; its weights are gone, stopping\n",
@@ -178,6 +240,10 @@ int run(Args a) {
   std::fprintf(stderr, "grpo serve: signal %d: draining %d in-flight requests\n", int(g_signal), http.n_in_flight());
   if (watcher) watcher->stop();
   if (follower) follower->stop();
+  if (receiver) {
+    (void)bridge_comm.release();
+    (void)receiver.release();
+  }
   http.drain_and_stop(a.drain_timeout_s);
   svc.stop();
   std::fprintf(stderr, "grpo serve: stopped\n");
@@ -191,6 +257,12 @@ cli::CommandRegistrar reg("serve", "Serve the model over an OpenAI- and vLLM-com
                   "Serve a running grpo train's GPU weights in place (CUDA IPC; the run's --out, trained with "
                   "[server] bridge = \"ipc\")");
   sub->add_option("--attach-poll", a->attach_poll_s, "Seconds between checks of the trainer's policy version");
+  sub->add_option("--receive", a->receive,
+                  "Join a grpo train's NCCL weight bridge at HOST:PORT ([server] bridge = \"nccl\", bridge_addr) and "
+                  "load the weights it broadcasts after each step");
+  sub->add_option("--receive-rank", a->receive_rank, "This server's rank in the bridge (1..bridge_servers)");
+  sub->add_option("--receive-timeout", a->receive_timeout_s,
+                  "Seconds the bridge may wait for the trainer (longer than its slowest step)");
   sub->add_option("--host", a->srv.host, "Address to listen on (0.0.0.0: every interface)");
   sub->add_option("--port", a->srv.port, "Port (0: any free port; the chosen one is printed)");
   sub->add_option("--api-key", a->srv.api_key, "Require 'Authorization: Bearer KEY' on every endpoint but /health");

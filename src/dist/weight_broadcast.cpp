@@ -3,11 +3,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 
 #include "core/check.h"
 #include "core/log.h"
 #include "core/timer.h"
+#include "dist/bootstrap.h"
 
 namespace grpo {
 
@@ -105,6 +107,60 @@ Status BroadcastOptions::validate() const {
     return error_status("weight bridge: on_failure = \"" + on_failure +
                         "\" must be \"error\" (stop training) or \"continue\" (train on without the server)");
   return ok_status();
+}
+
+Status bridge_parse_addr(const std::string& s, const std::string& what, std::string* host, int* port) {
+  const size_t c = s.rfind(':');
+  int p = 0;
+  bool ok = c != std::string::npos && c > 0 && c + 1 < s.size();
+  for (size_t i = c + 1; ok && i < s.size(); ++i) {
+    ok = s[i] >= '0' && s[i] <= '9' && p < 65536;
+    p = p * 10 + (s[i] - '0');
+  }
+  if (!ok || p < 1 || p > 65535)
+    return error_status(what + " = \"" + s + "\": expected HOST:PORT with a port in 1..65535, e.g. 127.0.0.1:29650");
+  *host = s.substr(0, c);
+  *port = p;
+  return ok_status();
+}
+
+Result<std::unique_ptr<Communicator>> bridge_connect_trainer(const std::string& addr, int port, int n_servers,
+                                                             double timeout_s) {
+#ifdef GRPO_HAVE_CUDA
+  if (n_servers < 1) return error_status("weight bridge: at least one server");
+  GRPO_ASSIGN_OR_RETURN(std::string id, nccl_make_id());
+  const int world = 1 + n_servers;
+  std::string payload(reinterpret_cast<const char*>(&world), sizeof world);
+  payload += id;
+  GRPO_TRY(tcp_rendezvous(addr, port, 0, world, payload, timeout_s)
+               .status()
+               .with_context("weight bridge: waiting for " + std::to_string(n_servers) + " grpo serve --receive " + addr +
+                             ":" + std::to_string(port)));
+  return communicator_nccl_create(id, 0, world, timeout_s);
+#else
+  (void)addr, (void)port, (void)n_servers, (void)timeout_s;
+  return error_status("the NCCL weight bridge needs a CUDA build (NCCL between GPUs); on the CPU follow the run with "
+                      "grpo serve --watch");
+#endif
+}
+
+Result<std::unique_ptr<Communicator>> bridge_connect_server(const std::string& addr, int port, int rank,
+                                                            double timeout_s) {
+#ifdef GRPO_HAVE_CUDA
+  if (rank < 1) return error_status("--receive-rank must be >= 1 (rank 0 is the trainer)");
+  GRPO_ASSIGN_OR_RETURN(std::string payload, tcp_rendezvous(addr, port, rank, 0, "", timeout_s));
+  int world = 0;
+  if (payload.size() <= sizeof world) return error_status("weight bridge: a malformed rendezvous payload");
+  std::memcpy(&world, payload.data(), sizeof world);
+  if (rank >= world)
+    return error_status("--receive-rank " + std::to_string(rank) + ": the trainer expects " +
+                        std::to_string(world - 1) + " server(s) (ranks 1.." + std::to_string(world - 1) + ")");
+  return communicator_nccl_create(payload.substr(sizeof world), rank, world, timeout_s);
+#else
+  (void)addr, (void)port, (void)rank, (void)timeout_s;
+  return error_status("--receive: the NCCL weight bridge needs a CUDA build (NCCL between GPUs); on the CPU follow "
+                      "the run with --watch RUN_DIR");
+#endif
 }
 
 Status broadcast_handshake(Communicator& comm, const TransferPlan& plan, const BroadcastOptions& opt) {

@@ -22,6 +22,7 @@
 // "continue" logs it once, marks the bridge down and lets training go on.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,18 @@ struct BroadcastStats {
   bool down = false;          // a failure took the bridge down (on_failure = "continue")
   std::string last_error;
 };
+
+// The bridge's own communicator between the trainer (rank 0) and n_servers server
+// processes (ranks 1..n_servers, one GPU each): NCCL, its id handed out by the
+// trainer over a TCP rendezvous at addr:port (dist/bootstrap.h). timeout_s bounds
+// the rendezvous and every collective (a server waits for the trainer's next step
+// inside one: give it more than a step takes). CUDA builds only; else an error.
+Result<std::unique_ptr<Communicator>> bridge_connect_trainer(const std::string& addr, int port, int n_servers,
+                                                             double timeout_s);
+Result<std::unique_ptr<Communicator>> bridge_connect_server(const std::string& addr, int port, int rank,
+                                                            double timeout_s);
+// "host:port" -> (host, port); the error names the flag or key `what`.
+Status bridge_parse_addr(const std::string& s, const std::string& what, std::string* host, int* port);
 
 // Both sides: checks that every rank holds the same plan. Collective.
 Status broadcast_handshake(Communicator& comm, const TransferPlan& plan, const BroadcastOptions& opt);

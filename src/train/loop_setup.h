@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "dist/ipc_bridge.h"
+#include "dist/weight_broadcast.h"
 #include "engine/engine.h"
 #include "env/environment.h"
 #include "env/rewards.h"
@@ -28,6 +29,8 @@ struct LoopRun {
   std::unique_ptr<Context> ctx;
   std::unique_ptr<ModelWeights> weights;  // shared by engine and trainer
   std::unique_ptr<IpcExporter> ipc;       // server.bridge = "ipc" (rank 0): published after each optimizer step
+  std::unique_ptr<Communicator> bridge_comm;      // server.bridge = "nccl" (rank 0): trainer + servers
+  std::unique_ptr<WeightBroadcaster> broadcaster;  // sends after each optimizer step
   std::unique_ptr<Tokenizer> tok;
   std::unique_ptr<Environment> env;
   std::unique_ptr<RewardComposer> rewards;
