@@ -148,7 +148,9 @@ Result<std::unique_ptr<Communicator>> bridge_connect_server(const std::string& a
                                                             double timeout_s) {
 #ifdef GRPO_HAVE_CUDA
   if (rank < 1) return error_status("--receive-rank must be >= 1 (rank 0 is the trainer)");
-  GRPO_ASSIGN_OR_RETURN(std::string payload, tcp_rendezvous(addr, port, rank, 0, "", timeout_s));
+  auto got = tcp_rendezvous(addr, port, rank, 0, "", timeout_s);
+  if (!got.ok()) return got.status().with_context("--receive " + addr + ":" + std::to_string(port));
+  const std::string& payload = got.value();
   int world = 0;
   if (payload.size() <= sizeof world) return error_status("weight bridge: a malformed rendezvous payload");
   std::memcpy(&world, payload.data(), sizeof world);
