@@ -98,6 +98,7 @@ int run(Args a) {
   Context ctx(co);
   Result<ModelWeights> w = attach ? Result<ModelWeights>(error_status("")) : model_load(a.model, co.device, dt, &ctx);
   if (!attach && !w.ok()) return cli::fail(cmd, w.status().message());
+  if (attach && a.dtype.empty()) dt = attach->weights().dtype;  // the trainer's arena is what there is to serve
   if (attach && attach->weights().dtype != dt)
     return cli::fail(cmd, std::string("--dtype: the trainer's weights are ") + dtype_name(attach->weights().dtype));
   ModelWeights& weights = attach ? attach->weights() : w.value();

@@ -28,7 +28,7 @@ if [ -n "${PRESET:-}" ]; then
 fi
 mkdir -p bench/results
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-$B/grpo train examples/default.toml --out "$RUN" --set model.path="$MODEL" --set model.device=cuda \
+$B/grpo train examples/default.toml --out "$RUN" --set model.path="$MODEL" --set model.device=cuda --set model.dtype=bf16 \
   --set train.steps="$STEPS" --set eval.every=0 --set log.plot=false --set log.progress=off \
   --set engine.kv_cache_mib=2048 --set server.enabled=true --set server.port=0 --set server.bridge=ipc \
   --set run.deterministic=true > "$W/train.log" 2>&1 &
