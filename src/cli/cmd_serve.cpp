@@ -6,6 +6,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -155,8 +156,8 @@ int run(Args a) {
     watcher->start();
   }
   // --receive: the NCCL bridge. The receiving thread blocks inside collectives that
-  // cannot be interrupted, so at exit it and its communicator are left to the process
-  // end rather than destroyed under it.
+  // cannot be interrupted, so the process ends with _Exit rather than destroying the
+  // objects it uses under it.
   std::unique_ptr<Communicator> bridge_comm;
   std::unique_ptr<WeightReceiver> receiver;
   std::atomic<bool> receiver_failed{false};
@@ -225,9 +226,8 @@ int run(Args a) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   if (receiver_failed) {
     http.drain_and_stop(1);
-    (void)bridge_comm.release();
-    (void)receiver.release();
-    std::_Exit(1);  // the service may be paused mid-update: no orderly drain
+    std::fflush(nullptr);
+    std::_Exit(1);  // the service may be paused mid-update, the thread holds this frame: no orderly teardown
   }
   if (follower && follower->trainer_gone()) {
     // Its memory is freed with it: nothing valid is left to serve.
@@ -241,13 +241,15 @@ int run(Args a) {
   std::fprintf(stderr, "grpo serve: signal %d: draining %d in-flight requests\n", int(g_signal), http.n_in_flight());
   if (watcher) watcher->stop();
   if (follower) follower->stop();
-  if (receiver) {
-    (void)bridge_comm.release();
-    (void)receiver.release();
-  }
   http.drain_and_stop(a.drain_timeout_s);
   svc.stop();
   std::fprintf(stderr, "grpo serve: stopped\n");
+  if (receiver) {
+    // The receiving thread may sit in a collective and uses the service, engine and
+    // weights of this frame: end the process without destroying them under it.
+    std::fflush(nullptr);
+    std::_Exit(0);
+  }
   return 0;
 }
 
