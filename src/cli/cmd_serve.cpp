@@ -1,10 +1,12 @@
 // `grpo serve`: the rollout engine behind an OpenAI- and vLLM-compatible HTTP
 // server (src/server/, docs/serve.md). SIGTERM/SIGINT stop accepting generation
-// requests, let the ones in flight finish, and exit 0.
+// requests, let the ones in flight finish, and exit 0. --watch DIR follows a
+// training run through its checkpoints (server/weight_watch.h).
 #include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -16,11 +18,17 @@
 #include "cli/engine_flags.h"
 #include "core/context.h"
 #include "core/log.h"
+#include "core/timer.h"
 #include "engine/engine.h"
 #include "engine/engine_config.h"
 #include "model/checkpoint.h"
+#include "model/lora.h"
 #include "engine/engine_service.h"
 #include "server/http_server.h"
+#include "dist/ipc_bridge.h"
+#include "dist/weight_broadcast.h"
+#include "server/ipc_follow.h"
+#include "server/weight_watch.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
@@ -31,7 +39,11 @@ std::atomic<int> g_signal{0};
 extern "C" void on_stop_signal(int sig) { g_signal = sig; }
 
 struct Args {
-  std::string model, device = "cpu", dtype, chat_template_file;
+  std::string model, device = "cpu", dtype, chat_template_file, lora, watch, attach, receive;
+  int receive_rank = 1;
+  double receive_timeout_s = 3600;
+  double attach_poll_s = 0.001;
+  double watch_interval_s = 1.0;
   ServerOptions srv;
   EngineConfig engine;  // --block-size, --gpu-memory-utilization, ... (cli/engine_flags.h)
   int threads = 0;
@@ -40,8 +52,24 @@ struct Args {
   double drain_timeout_s = 300;
 };
 
-int run(const Args& a) {
+int run(Args a) {
   const char* cmd = "serve";
+  if (a.model.empty() == a.attach.empty())
+    return cli::fail(cmd, a.model.empty() ? "give --model DIR (or --attach RUN_DIR to serve a running trainer's weights)"
+                                          : "--attach serves the trainer's model: drop --model");
+  std::unique_ptr<IpcAttachment> attach;
+  if (!a.attach.empty()) {
+    if (!a.watch.empty() || !a.lora.empty() || !a.receive.empty())
+      return cli::fail(cmd, "--attach serves the trainer's live weights; it does not combine with --watch, --lora or --receive");
+    if (!cuda_available())
+      return cli::fail(cmd, "--attach: this build has no CUDA backend or no GPU is visible; the CUDA IPC bridge maps "
+                            "the trainer's GPU memory (on the CPU, follow the run's checkpoints with --watch RUN_DIR)");
+    if (a.device != "cuda") return cli::fail(cmd, "--attach serves from GPU memory: add --device cuda");
+    auto at = IpcAttachment::open(a.attach);
+    if (!at.ok()) return cli::fail(cmd, at.status().message());
+    attach = std::move(at).value();
+    a.model = attach->model_dir();
+  }
   ServerOptions so = a.srv;
   if (!a.chat_template_file.empty()) {
     std::ifstream f(a.chat_template_file);
@@ -69,8 +97,30 @@ int run(const Args& a) {
   else if (a.dtype == "bf16") dt = DType::bf16;
   if (co.device == Device::cpu && dt != DType::f32) return cli::fail(cmd, "--dtype: the CPU backend runs f32 only");
   Context ctx(co);
-  auto w = model_load(a.model, co.device, dt, &ctx);
-  if (!w.ok()) return cli::fail(cmd, w.status().message());
+  Result<ModelWeights> w = attach ? Result<ModelWeights>(error_status("")) : model_load(a.model, co.device, dt, &ctx);
+  if (!attach && !w.ok()) return cli::fail(cmd, w.status().message());
+  if (attach && a.dtype.empty()) dt = attach->weights().dtype;  // the trainer's arena is what there is to serve
+  if (attach && attach->weights().dtype != dt)
+    return cli::fail(cmd, std::string("--dtype: the trainer's weights are ") + dtype_name(attach->weights().dtype));
+  ModelWeights& weights = attach ? attach->weights() : w.value();
+  if (!(a.watch_interval_s > 0)) return cli::fail(cmd, "--watch-interval must be > 0 seconds");
+  if (!(a.attach_poll_s > 0)) return cli::fail(cmd, "--attach-poll must be > 0 seconds");
+  if (!a.watch.empty() && !a.receive.empty())
+    return cli::fail(cmd, "--watch and --receive both replace the weights; choose one bridge");
+  std::string lora_dir = a.lora;
+  if (!a.watch.empty()) {
+    auto latest = watch_find_latest(a.watch);
+    if (!latest.ok()) return cli::fail(cmd, latest.status().message());
+    // A LoRA run's checkpoints are adapters: the engine needs an adapter slot of
+    // their shape from the start, and the newest one is as good as any.
+    if (lora_dir.empty() && latest.value() && latest.value()->adapter) lora_dir = latest.value()->path;
+  }
+  std::unique_ptr<LoraWeights> lora;  // applied unmerged to every request; --watch rewrites it in place
+  if (!lora_dir.empty()) {
+    auto l = lora_load(lora_dir, weights.config, co.device, dt);
+    if (!l.ok()) return cli::fail(cmd, l.status().with_context("--lora").message());
+    lora = std::make_unique<LoraWeights>(std::move(l).value());
+  }
   std::unique_ptr<Tokenizer> tok;
   auto t = Tokenizer::load(a.model);
   if (t.ok()) tok = std::make_unique<Tokenizer>(std::move(t).value());
@@ -79,15 +129,89 @@ int run(const Args& a) {
   // Sequences served at once by default: vLLM's max_num_seqs default.
   constexpr int kServeMaxNumSeqs = 256;
   if (Status fs = cli::engine_flags_validate(a.engine); !fs.ok()) return cli::fail(cmd, fs.message());
-  auto draft = cli::engine_flags_load_draft(a.engine, w.value().config, ctx, dt);
+  auto draft = cli::engine_flags_load_draft(a.engine, weights.config, ctx, dt);
   if (!draft.ok()) return cli::fail(cmd, draft.status().message());
-  auto eo_r = cli::engine_flags_options(a.engine, co.device, w.value(), draft.value().get(), dt, kServeMaxNumSeqs);
+  auto eo_r = cli::engine_flags_options(a.engine, co.device, weights, draft.value().get(), dt, kServeMaxNumSeqs);
   if (!eo_r.ok()) return cli::fail(cmd, eo_r.status().message());
   EngineOptions eo = eo_r.value();
   eo.seed = a.seed;
+  eo.lora = lora.get();
 
-  Engine eng(ctx, w.value(), tok.get(), eo, nullptr, draft.value().get());
+  Engine eng(ctx, weights, tok.get(), eo, nullptr, draft.value().get());
   EngineService svc(eng, ServiceOptions{so.max_queued_requests});
+  std::unique_ptr<WeightWatcher> watcher;
+  if (!a.watch.empty()) {
+    watcher = std::make_unique<WeightWatcher>(svc, eng, ctx, weights, lora.get(), WatchOptions{a.watch, a.watch_interval_s});
+    // The newest checkpoint is served from the first request on; a refused one ends
+    // the start (nothing good to serve yet would be a silent surprise).
+    auto first = watcher->poll();
+    if (!first.ok()) return cli::fail(cmd, first.status().message());
+    WatchStats ws = watcher->stats();
+    if (first.value())
+      std::fprintf(stderr, "grpo serve: --watch: loaded %s as policy version %lld in %.3f s\n", ws.loaded_path.c_str(),
+                   (long long)ws.version, ws.last_stage_s + ws.last_pause_s + ws.last_swap_s);
+    else
+      std::fprintf(stderr, "grpo serve: --watch: no checkpoint in %s yet; serving --model until one appears\n",
+                   a.watch.c_str());
+    watcher->start();
+  }
+  // --receive: the NCCL bridge. The receiving thread blocks inside collectives that
+  // cannot be interrupted, so the process ends with _Exit rather than destroying the
+  // objects it uses under it.
+  std::unique_ptr<Communicator> bridge_comm;
+  std::unique_ptr<WeightReceiver> receiver;
+  std::atomic<bool> receiver_failed{false};
+  if (!a.receive.empty()) {
+    std::string host;
+    int port = 0;
+    if (Status ps = bridge_parse_addr(a.receive, "--receive", &host, &port); !ps.ok()) return cli::fail(cmd, ps.message());
+    std::fprintf(stderr, "grpo serve: --receive: joining the trainer's weight bridge at %s as rank %d\n",
+                 a.receive.c_str(), a.receive_rank);
+    auto c = bridge_connect_server(host, port, a.receive_rank, a.receive_timeout_s);
+    if (!c.ok()) return cli::fail(cmd, c.status().message());
+    bridge_comm = std::move(c).value();
+    BroadcastOptions bo;  // bucket size: the trainer's plan decides; the handshake compares plans
+    TransferPlan plan = lora ? transfer_plan(*lora, bo.bucket_bytes) : transfer_plan(weights, bo.bucket_bytes);
+    receiver = std::make_unique<WeightReceiver>(*bridge_comm, lora ? lora->arena : weights.arena, std::move(plan), bo);
+    if (Status hs = receiver->handshake(); !hs.ok()) return cli::fail(cmd, hs.message());
+    WeightReceiver* rx = receiver.get();
+    std::thread([rx, &svc, &eng, &ctx, &receiver_failed] {
+      while (true) {
+        auto v = rx->wait_header();
+        if (!v.ok()) {
+          std::fprintf(stderr, "grpo serve: error: weight bridge: %s\n", v.status().message().c_str());
+          receiver_failed = true;
+          return;
+        }
+        if (v.value() < 0) {
+          std::fprintf(stderr, "grpo serve: the trainer finished; serving policy version %lld from now on\n",
+                       (long long)svc.policy_version());
+          return;
+        }
+        const double t0 = now_seconds();
+        svc.pause_and_drain();
+        Status st = rx->receive(ctx);
+        if (!st.ok()) {  // partly written weights: nothing valid to serve
+          std::fprintf(stderr, "grpo serve: error: %s\n", st.message().c_str());
+          receiver_failed = true;
+          return;
+        }
+        eng.reset_prefix_cache();
+        svc.set_policy_version(v.value());
+        svc.resume();
+        GRPO_LOG_INFO("serve --receive: policy version %lld in %.4f s (transfer %.4f s)", (long long)v.value(),
+                      now_seconds() - t0, rx->stats().last_s);
+      }
+    }).detach();
+  }
+  std::unique_ptr<IpcFollower> follower;
+  if (attach) {
+    IpcAttachment* at = attach.get();
+    follower = std::make_unique<IpcFollower>(svc, eng, [at] { return at->version(); }, [at] { return at->trainer_alive(); },
+                                             a.attach_poll_s);
+    follower->poll();
+    follower->start();
+  }
   HttpServer http(svc, tok.get(), so);
   std::signal(SIGTERM, on_stop_signal);
   std::signal(SIGINT, on_stop_signal);
@@ -98,17 +222,50 @@ int run(const Args& a) {
                so.host.c_str(), http.port(), so.served_model_name.c_str(), device_name(co.device), eng.n_kv_blocks(),
                eo.block_size, (long long)svc.policy_version());
   std::fflush(stderr);
-  while (g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  while (g_signal == 0 && !(follower && follower->trainer_gone()) && !receiver_failed)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  if (receiver_failed) {
+    http.drain_and_stop(1);
+    std::fflush(nullptr);
+    std::_Exit(1);  // the service may be paused mid-update, the thread holds this frame: no orderly teardown
+  }
+  if (follower && follower->trainer_gone()) {
+    // Its memory is freed with it: nothing valid is left to serve.
+    std::fprintf(stderr, "grpo serve: error: the trainer (pid %d) exited; its weights are gone, stopping\n",
+                 attach->trainer_pid());
+    http.drain_and_stop(1);
+    follower->stop();
+    svc.stop();
+    return 1;
+  }
   std::fprintf(stderr, "grpo serve: signal %d: draining %d in-flight requests\n", int(g_signal), http.n_in_flight());
+  if (watcher) watcher->stop();
+  if (follower) follower->stop();
   http.drain_and_stop(a.drain_timeout_s);
   svc.stop();
   std::fprintf(stderr, "grpo serve: stopped\n");
+  if (receiver) {
+    // The receiving thread may sit in a collective and uses the service, engine and
+    // weights of this frame: end the process without destroying them under it.
+    std::fflush(nullptr);
+    std::_Exit(0);
+  }
   return 0;
 }
 
 cli::CommandRegistrar reg("serve", "Serve the model over an OpenAI- and vLLM-compatible HTTP API", [](CLI::App* sub) {
   auto a = std::make_shared<Args>();
-  sub->add_option("--model", a->model, "Hugging Face model directory")->required();
+  sub->add_option("--model", a->model, "Hugging Face model directory");
+  sub->add_option("--attach", a->attach,
+                  "Serve a running grpo train's GPU weights in place (CUDA IPC; the run's --out, trained with "
+                  "[server] bridge = \"ipc\")");
+  sub->add_option("--attach-poll", a->attach_poll_s, "Seconds between checks of the trainer's policy version");
+  sub->add_option("--receive", a->receive,
+                  "Join a grpo train's NCCL weight bridge at HOST:PORT ([server] bridge = \"nccl\", bridge_addr) and "
+                  "load the weights it broadcasts after each step");
+  sub->add_option("--receive-rank", a->receive_rank, "This server's rank in the bridge (1..bridge_servers)");
+  sub->add_option("--receive-timeout", a->receive_timeout_s,
+                  "Seconds the bridge may wait for the trainer (longer than its slowest step)");
   sub->add_option("--host", a->srv.host, "Address to listen on (0.0.0.0: every interface)");
   sub->add_option("--port", a->srv.port, "Port (0: any free port; the chosen one is printed)");
   sub->add_option("--api-key", a->srv.api_key, "Require 'Authorization: Bearer KEY' on every endpoint but /health");
@@ -123,6 +280,12 @@ cli::CommandRegistrar reg("serve", "Serve the model over an OpenAI- and vLLM-com
   sub->add_option("--read-timeout", a->srv.read_timeout_s, "Seconds a client may stall while sending a request");
   sub->add_option("--write-timeout", a->srv.write_timeout_s, "Seconds a client may stall while receiving");
   sub->add_option("--drain-timeout", a->drain_timeout_s, "Seconds SIGTERM waits for in-flight requests");
+  sub->add_option("--lora", a->lora,
+                  "PEFT LoRA adapter directory applied to every request (with --watch: the slot new adapters load into)");
+  sub->add_option("--watch", a->watch,
+                  "Follow a run: load each new complete checkpoint of this directory (grpo train --out, or one "
+                  "checkpoint/model directory) between requests");
+  sub->add_option("--watch-interval", a->watch_interval_s, "Seconds between --watch scans");
   sub->add_option("--seed", a->seed, "Engine seed for requests without a seed");
   sub->add_option("--device", a->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--dtype", a->dtype, "Weights dtype: f32 or bf16 (default: f32 on cpu, bf16 on cuda)")

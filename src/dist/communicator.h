@@ -42,6 +42,10 @@ class Communicator {
   // [bounds[r], bounds[r+1]) (bounds has size()+1 entries). Afterwards every
   // rank holds every rank's range (ZeRO-1's all-gather of updated weights).
   virtual Status all_gather_ranges(Context& ctx, Tensor& arena, std::span<const int64_t> bounds) = 0;
+  // In place: every rank's `t` (contiguous, any dtype, on the communicator's device)
+  // becomes rank `root`'s. Done on return. Used by the NCCL weight bridge
+  // (dist/weight_broadcast.h).
+  virtual Status broadcast(Context& ctx, Tensor& t, int root) = 0;
   // Waits until every rank arrives.
   virtual Status barrier() = 0;
 };

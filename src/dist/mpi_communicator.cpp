@@ -109,6 +109,19 @@ class MpiCommunicator final : public Communicator {
                         "allgatherv (ZeRO-1 weights)");
   }
 
+  Status broadcast(Context&, Tensor& t, int root) override {
+    if (t.device != Device::cpu) return error_status("MPI broadcast takes host tensors; GPU ranks use NCCL");
+    GRPO_CHECK(root >= 0 && root < size_);
+    // MPI counts are int: pieces of at most 1 GiB.
+    char* p = static_cast<char*>(t.data);
+    for (size_t done = 0, n = t.nbytes(); done < n;) {
+      const size_t c = std::min(n - done, size_t(1) << 30);
+      GRPO_TRY(mpi_status(MPI_Bcast(p + done, int(c), MPI_BYTE, root, MPI_COMM_WORLD), "broadcast"));
+      done += c;
+    }
+    return ok_status();
+  }
+
   Status barrier() override { return mpi_status(MPI_Barrier(MPI_COMM_WORLD), "barrier"); }
 
  private:

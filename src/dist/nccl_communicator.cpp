@@ -93,6 +93,14 @@ class NcclCommunicator final : public Communicator {
     return wait(s, "all-gather of ZeRO-1 weights");
   }
 
+  Status broadcast(Context& ctx, Tensor& t, int root) override {
+    if (t.device != Device::cuda) return error_status("NCCL broadcast takes device tensors");
+    GRPO_CHECK(root >= 0 && root < size_);
+    cudaStream_t s = static_cast<cudaStream_t>(ctx.stream());
+    GRPO_TRY(nccl_status(ncclBroadcast(t.data, t.data, t.nbytes(), ncclInt8, root, comm_, s), "broadcast"));
+    return wait(s, "broadcast");
+  }
+
   Status barrier() override {
     double x = 0;
     return all_reduce_host(std::span<double>(&x, 1), HostReduce::sum);

@@ -160,6 +160,33 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     GRPO_ASSIGN_OR_RETURN(http, opt.start_server(*svc, r.tok.get(), cfg.server));
     resume_at_exit.s = svc.get();
   }
+  if (cfg.server.bridge == "ipc" && lead) {
+    if (cfg.lora.enabled)
+      return error_status("server.bridge = \"ipc\" shares the full weight arena, but [lora] trains adapters beside a "
+                          "frozen base; follow a LoRA run with grpo serve --watch " + out_dir + " (adapter reloads)");
+    GRPO_ASSIGN_OR_RETURN(r.ipc, IpcExporter::create(out_dir, *r.weights, cfg.model.path, st.step));
+    if (con) std::fprintf(con, "grpo train: CUDA IPC bridge: grpo serve --attach %s --device cuda\n", out_dir.c_str());
+  }
+  if (cfg.server.bridge == "nccl" && lead) {
+    std::string host;
+    int port = 0;
+    GRPO_TRY(bridge_parse_addr(cfg.server.bridge_addr, "server.bridge_addr", &host, &port));
+    BroadcastOptions bo;
+    bo.bucket_bytes = cfg.server.bridge_bucket_mib << 20;
+    bo.on_failure = cfg.server.bridge_on_failure;
+    if (con)
+      std::fprintf(con, "grpo train: NCCL weight bridge: waiting for %lld grpo serve --receive %s\n",
+                   (long long)cfg.server.bridge_servers, cfg.server.bridge_addr.c_str());
+    GRPO_ASSIGN_OR_RETURN(r.bridge_comm, bridge_connect_trainer(host, port, int(cfg.server.bridge_servers),
+                                                                cfg.server.bridge_timeout_s));
+    // LoRA: the servers hold the same frozen base; only the adapters move.
+    Tensor arena = r.trainer.lora ? r.trainer.lora->arena : r.weights->arena;
+    TransferPlan plan = r.trainer.lora ? transfer_plan(*r.trainer.lora, bo.bucket_bytes) : transfer_plan(*r.weights, bo.bucket_bytes);
+    if (con) std::fprintf(con, "grpo train: NCCL weight bridge: %s\n", plan.summary().c_str());
+    r.broadcaster = std::make_unique<WeightBroadcaster>(*r.bridge_comm, arena, std::move(plan), bo);
+    GRPO_TRY(r.broadcaster->handshake());
+    GRPO_TRY(r.broadcaster->publish(*r.ctx, st.step));  // the servers start from the trainer's weights
+  }
   DataParallel dp;
   std::vector<int64_t> prompt_split = split_even(cfg.rollout.prompts_per_step, n_ranks);
   if (comm) {
@@ -321,6 +348,16 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     const double t_sync = now_seconds();
     r.engine->reset_prefix_cache();
     r.ctx->synchronize();
+    if (r.ipc) {  // after the synchronize: the published version promises complete weights
+      const double t_bridge = now_seconds();
+      r.ipc->publish(st.step + 1);
+      rec.emplace_back("time/bridge", now_seconds() - t_bridge);
+    }
+    if (r.broadcaster) {
+      const double t_bridge = now_seconds();
+      GRPO_TRY(r.broadcaster->publish(*r.ctx, st.step + 1).with_context("after train step " + std::to_string(st.step + 1)));
+      rec.emplace_back("time/bridge", now_seconds() - t_bridge);
+    }
     rec = concat(std::move(rec), tm.value());
     if (comm) GRPO_TRY(dp_reduce_step_metrics(*comm, rec).with_context("step metrics"));
     rec.emplace_back("time/sync", now_seconds() - t_sync);
@@ -367,6 +404,7 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     }
   }
   if (r.progress) r.progress->finish();
+  if (r.broadcaster) GRPO_TRY(r.broadcaster->finish());
   if (st.stopped_early && con)
     std::fprintf(con, "early stopping at step %lld: %s did not improve for %lld evals (best %.4f at step %lld)\n",
                  (long long)st.step, cfg.eval.early_stopping_metric.c_str(), (long long)st.evals_without_improvement,

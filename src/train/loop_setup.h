@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "dist/ipc_bridge.h"
+#include "dist/weight_broadcast.h"
 #include "engine/engine.h"
 #include "env/environment.h"
 #include "env/rewards.h"
@@ -26,6 +28,9 @@ struct LoopRun {
   std::string out_dir;
   std::unique_ptr<Context> ctx;
   std::unique_ptr<ModelWeights> weights;  // shared by engine and trainer
+  std::unique_ptr<IpcExporter> ipc;       // server.bridge = "ipc" (rank 0): published after each optimizer step
+  std::unique_ptr<Communicator> bridge_comm;      // server.bridge = "nccl" (rank 0): trainer + servers
+  std::unique_ptr<WeightBroadcaster> broadcaster;  // sends after each optimizer step
   std::unique_ptr<Tokenizer> tok;
   std::unique_ptr<Environment> env;
   std::unique_ptr<RewardComposer> rewards;

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/log.h"
+#include "dist/weight_broadcast.h"
 #include "engine/speculative.h"
 #include "kernels/validate.h"
 #include "env/arithmetic.h"
@@ -256,6 +257,22 @@ Status RunConfig::validate() const {
   c.require(server.max_n >= 1 && server.max_n <= 1024, "server.max_n", server.max_n, "must be in [1, 1024]");
   c.require(server.max_queued_requests >= 1 && server.max_queued_requests <= 1000000, "server.max_queued_requests",
             server.max_queued_requests, "must be in [1, 1000000]");
+  c.require(server.bridge == "none" || server.bridge == "ipc" || server.bridge == "nccl", "server.bridge", server.bridge,
+            "must be \"none\", \"ipc\" (CUDA IPC to grpo serve --attach) or \"nccl\" (broadcast to grpo serve "
+            "--receive); checkpoint reloads need no key: grpo serve --watch");
+  c.require(server.bridge_servers >= 1 && server.bridge_servers <= 1024, "server.bridge_servers", server.bridge_servers,
+            "must be in [1, 1024]");
+  c.require(server.bridge_bucket_mib >= 1 && server.bridge_bucket_mib <= 4096, "server.bridge_bucket_mib",
+            server.bridge_bucket_mib, "must be in [1, 4096]");
+  c.require(server.bridge_on_failure == "error" || server.bridge_on_failure == "continue", "server.bridge_on_failure",
+            server.bridge_on_failure, "must be \"error\" (stop training) or \"continue\" (train on without the servers)");
+  {
+    std::string host;
+    int port = 0;
+    c.require(server.bridge != "nccl" || bridge_parse_addr(server.bridge_addr, "server.bridge_addr", &host, &port).ok(),
+              "server.bridge_addr", server.bridge_addr, "must be HOST:PORT with a port in 1..65535, e.g. 127.0.0.1:29650");
+  }
+  c.require(server.bridge_timeout_s > 0, "server.bridge_timeout_s", server.bridge_timeout_s, "must be > 0 seconds");
   const RemoteSection& rm = remote;
   c.require(rm.url.empty() || rm.url.rfind("http://", 0) == 0, "remote.url", rm.url,
             "must start with http:// (e.g. http://127.0.0.1:8000), or be empty to host the API in this process");

@@ -204,6 +204,17 @@ struct ServerSection {
   int64_t max_tokens_limit = 4096;
   int64_t max_n = 16;
   int64_t max_queued_requests = 256;
+  // Weight bridge to a separate `grpo serve` (docs/serve.md, "Weight bridges"): "none";
+  // "ipc": export the GPU weight arena through CUDA IPC under the run directory and
+  // publish the policy version after each optimizer step (grpo serve --attach); "nccl":
+  // broadcast the weights (LoRA: the adapters) after each step to bridge_servers
+  // `grpo serve --receive bridge_addr` processes. Works with or without `enabled`.
+  std::string bridge = "none";
+  std::string bridge_addr = "127.0.0.1:29650";  // nccl: the trainer's rendezvous address
+  int64_t bridge_servers = 1;                    // nccl: server processes to wait for
+  int64_t bridge_bucket_mib = 64;                // nccl: largest broadcast
+  std::string bridge_on_failure = "error";       // nccl: error (stop) | continue (train on without servers)
+  double bridge_timeout_s = 600;                 // nccl: rendezvous and per-collective limit
 };
 
 // [remote]: data.env = "remote" trains from scored groups that environment
