@@ -79,6 +79,7 @@ SpeculativeOptions SpeculativeConfig::options() const {
   o.ngram_max = int(ngram_max);
   o.adaptive = adaptive;
   o.probe_every = int(probe_every);
+  o.acceptance = acceptance;
   return o;
 }
 

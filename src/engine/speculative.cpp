@@ -25,6 +25,12 @@ Result<SpecMethod> spec_method_from_string(const std::string& s) {
 
 const char* spec_method_name(SpecMethod m) { return enum_name(spec_method_names(), m); }
 
+std::span<const EnumName<SpecAcceptance>> spec_acceptance_names() {
+  static constexpr EnumName<SpecAcceptance> names[] = {{"rejection", SpecAcceptance::rejection},
+                                                       {"match", SpecAcceptance::match}};
+  return names;
+}
+
 Status SpeculativeOptions::validate(const std::string& prefix) const {
   auto bad = [&](const std::string& m) { return error_status(prefix + m); };
   if (method == SpecMethod::off) return ok_status();
@@ -149,14 +155,25 @@ SpecDraft::SpecDraft(Context& ctx, const ModelWeights& draft, EngineOptions eo, 
   // Round 1 carries the target's tokens minus its drafts plus at most one catch-up token per sequence.
   eo.max_num_batched_tokens += eo.max_num_seqs;
   geo.max_logit_rows = 0;
+  max_seqs_ = eo.max_num_seqs;
+  k_max_ = eo.speculative.num_speculative_tokens;
   runner_ = std::make_unique<ModelRunner>(ctx, draft, eo, geo);
+}
+
+void SpecDraft::keep_distributions(bool on) {
+  keep_q_ = on;
+  if (!on || q_.defined()) return;
+  q_ = tensor_zeros(ctx_.device(), DType::f32, {int64_t(k_max_) * max_seqs_, int64_t(runner_->vocab_size())});
 }
 
 SpecDraft::~SpecDraft() = default;
 
-void SpecDraft::run_round(const SchedulerOutput& round, const std::vector<RowSampling>& rows) {
+void SpecDraft::run_round(const SchedulerOutput& round, const std::vector<RowSampling>& rows, int j) {
   const double t0 = now_seconds();
-  runner_->execute(round, rows, sampled_);
+  GRPO_CHECK(j < k_max_ && int(rows.size()) <= max_seqs_);
+  Tensor qj;
+  if (keep_q_) qj = q_.slice0(int64_t(j) * max_seqs_, int64_t(j + 1) * max_seqs_);
+  runner_->execute(round, rows, sampled_, keep_q_ ? &qj : nullptr);
   if (fit) fit->add(double(round.n_tokens), now_seconds() - t0);
 }
 

@@ -118,12 +118,20 @@ class SpecDraft {
   template <class RowsOf>
   void propose(const SchedulerOutput& step, RowsOf&& rows_of);
   size_t kv_bytes_per_block() const { return runner_->kv_bytes_per_block(); }
+  // Speculative sampling needs q: from now on every round keeps its rows' processed
+  // distributions (draft position j of a sequence: row Sequence::spec_q_rows[j] of q()).
+  // on = false: the next rounds skip it (a step without rows at temperature > 0).
+  void keep_distributions(bool on);
+  const Tensor& q() const { return q_; }
 
  private:
-  void run_round(const SchedulerOutput& round, const std::vector<RowSampling>& rows);
+  void run_round(const SchedulerOutput& round, const std::vector<RowSampling>& rows, int j);
   Context& ctx_;
   std::unique_ptr<ModelRunner> runner_;
   std::vector<SampledRow> sampled_;
+  int max_seqs_ = 0, k_max_ = 0;
+  bool keep_q_ = false;
+  Tensor q_;  // (k_max · max_seqs, V) f32: round j's rows from row j · max_seqs (empty: not kept)
 
  public:
   SpecCostFit* fit = nullptr;  // receives (tokens, seconds) of every draft round
@@ -157,10 +165,11 @@ void SpecDraft::propose(const SchedulerOutput& step, RowsOf&& rows_of) {
     round.n_tokens += d.n_new;
     round.n_sampled += d.sample ? 1 : 0;
   }
-  run_round(round, rows);
+  run_round(round, rows, 0);
   for (size_t i = 0; i < spec.size(); ++i) {
     Sequence* s = spec[i];
     s->tokens[size_t(s->n_total() - s->n_spec)] = sampled_[spec_row[i]].token;
+    s->spec_q_rows.assign(1, int(spec_row[i]));
   }
   for (int j = 1; j < k_max; ++j) {
     round = SchedulerOutput{};
@@ -181,10 +190,11 @@ void SpecDraft::propose(const SchedulerOutput& step, RowsOf&& rows_of) {
       live.push_back(s);
     }
     if (live.empty()) break;
-    run_round(round, rows);
+    run_round(round, rows, j);
     for (size_t i = 0; i < live.size(); ++i) {
       Sequence* s = live[i];
       s->tokens[size_t(s->n_total() - s->n_spec + j)] = sampled_[i].token;
+      s->spec_q_rows.push_back(j * max_seqs_ + int(i));
     }
   }
 }

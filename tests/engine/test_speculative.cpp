@@ -81,10 +81,15 @@ SpecRun run(const EngineOptions& eo, const SamplingParams& p, const ModelWeights
   return {std::move(out).value(), eng.stats()};
 }
 
-EngineOptions spec(EngineOptions eo, SpecMethod m, int k, bool adaptive = false) {
+// acceptance = match (the default here): outputs equal plain decoding's token for token at
+// every temperature, which is what most tests below check. Speculative sampling (rejection)
+// is checked statistically in test_spec_sampling.cpp.
+EngineOptions spec(EngineOptions eo, SpecMethod m, int k, bool adaptive = false,
+                   SpecAcceptance acc = SpecAcceptance::match) {
   eo.speculative.method = m;
   eo.speculative.num_speculative_tokens = k;
   eo.speculative.adaptive = adaptive;
+  eo.speculative.acceptance = acc;
   return eo;
 }
 
@@ -122,6 +127,10 @@ TEST(Speculative, NgramProposesWhatFollowedTheMostRecentLongestMatch) {
 TEST(Speculative, GreedyEqualsPlainForEveryProposer) {
   const SamplingParams p = params(0.f, 40, 1);
   const SpecRun plain = run(opts(), p);
+  // Speculative sampling keeps greedy rows on the argmax test: bit-identical too.
+  const auto rej = SpecAcceptance::rejection;
+  expect_same(plain, run(spec(opts(), SpecMethod::draft, 3, false, rej), p, &random_draft()), "random draft, rejection");
+  expect_same(plain, run(spec(opts(), SpecMethod::ngram, 5, false, rej), p), "ngram, rejection");
   const SpecRun copy = run(spec(opts(), SpecMethod::draft, 4), p, &stories().w);
   expect_same(plain, copy, "draft = target");
   const SpecRun rnd = run(spec(opts(), SpecMethod::draft, 3), p, &random_draft());
@@ -150,8 +159,11 @@ TEST(Speculative, SampledOutputsEqualPlainDecodingWithFilters) {
 }
 
 TEST(Speculative, IdenticalDraftIsAlwaysAcceptedAndTelemetryCounts) {
-  for (float temp : {0.f, 1.f}) {
-    const SpecRun r = run(spec(opts(), SpecMethod::draft, 4), params(temp, 40, 5), &stories().w);
+  for (int mode = 0; mode < 3; ++mode) {
+    const float temp = mode == 0 ? 0.f : 1.f;
+    // q = p: speculative sampling accepts with probability min(1, p/q) = 1 as well.
+    const SpecAcceptance acc = mode == 2 ? SpecAcceptance::rejection : SpecAcceptance::match;
+    const SpecRun r = run(spec(opts(), SpecMethod::draft, 4, false, acc), params(temp, 40, 5), &stories().w);
     for (const RequestOutput& o : r.out) {
       const RequestTelemetry& tm = o.telemetry;
       EXPECT_GT(tm.spec_proposed, 0);
