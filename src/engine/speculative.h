@@ -35,12 +35,15 @@
 // remembers the one committed token it has not computed (draft_lag). Speculative tokens
 // are never hashed into the prefix cache (BlockManager::append's n_register).
 //
-// Adaptive k (SpecAdaptive): per step the engine picks the k that maximises expected
-// emitted tokens per second: E(k) = 1 + Σ_{j≤k} Π_{i≤j} α_i (α_i = EMA of acceptance at
-// draft position i given position i was reached) over a cost model fitted at run time
-// from measured forward times (seconds ≈ a + b · tokens, least squares with forgetting,
-// one fit for the target and one for the draft). k = 0 (plain decoding) whenever no k
-// beats it; while off, a probe step every probe_every steps keeps α measured.
+// Adaptive k (SpecAdaptive::plan): per step the engine picks, for each decode-ready
+// sequence, k_s in [0, k_max] to maximise expected emitted tokens per second of the step.
+// A sequence's expected tokens are E_s(k) = 1 + Σ_{j≤k} α_s^j with α_s its own EMA of
+// per-position acceptance (until measured: 1 + Σ_{j≤k} Π_{i≤j} α_i, the engine-wide EMA
+// by draft position). The step's cost comes from models fitted at run time to measured
+// forward times (seconds ≈ a + b · tokens, least squares with forgetting; one fit for the
+// target's verify/decode forward, one for a draft round). k = 0 everywhere (plain
+// decoding) whenever no plan beats it by 2%; while off, a probe step every probe_every
+// steps keeps α measured.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -89,10 +92,15 @@ class SpecCostFit {
 class SpecAdaptive {
  public:
   SpecAdaptive(int k_max, int probe_every);
-  // k for a step with n_decode decode-ready sequences (0 = plain decoding).
+  // k for a step with n_decode decode-ready sequences of unmeasured acceptance (0 = plain decoding).
   int choose(int n_decode, bool has_draft);
+  // k per decode-ready sequence from its own acceptance EMA (alpha[s] < 0: not measured yet,
+  // the engine-wide per-position α is used). See plan() in speculative.cpp for the cost model.
+  std::vector<int> plan(const std::vector<double>& alpha, bool has_draft);
   // Outcome of one verified sequence: it proposed k and the first `accepted` matched.
   void observe(int k, int accepted);
+  // A sequence's own acceptance EMA (Sequence::spec_alpha; < 0 = none yet) after such an outcome.
+  static double observe_seq(double alpha, int k, int accepted);
   SpecCostFit target, draft;
   double alpha(int pos) const { return alpha_[size_t(pos)]; }
 

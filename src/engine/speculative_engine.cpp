@@ -18,21 +18,25 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
   // itself; draft model: placeholders filled after scheduling), within the step's token
   // budget and the blocks left after every running sequence's plain next token, so that
   // drafting never preempts or chunks anything.
-  int pending = 0, n_ready = 0, spare_blocks = blocks_->n_free();
+  int pending = 0, spare_blocks = blocks_->n_free();
+  std::vector<double> ready_alpha;  // per decode-ready sequence, in running order
   for (const Sequence* s : scheduler_->running()) {
     pending += s->n_total() - s->n_computed;
-    n_ready += s->n_computed == s->n_total() - 1;
+    if (s->n_computed == s->n_total() - 1) ready_alpha.push_back(s->spec_alpha);
     spare_blocks -= std::max(0, blocks_->blocks_for(s->n_total()) - int(s->table.blocks.size()));
   }
   int spare_tokens = opt_.max_num_batched_tokens - pending;
-  const int k_step = so.adaptive ? adapt_->choose(n_ready, draft_ != nullptr) : so.num_speculative_tokens;
+  const std::vector<int> k_plan = so.adaptive ? adapt_->plan(ready_alpha, draft_ != nullptr)
+                                              : std::vector<int>(ready_alpha.size(), so.num_speculative_tokens);
   std::vector<Sequence*> planned;
+  size_t ready_i = 0;
   for (Sequence* s : scheduler_->running()) {
-    if (k_step <= 0 || spare_tokens <= 0) break;
+    if (spare_tokens <= 0) break;
     if (s->n_computed != s->n_total() - 1) continue;
+    const int k_seq = k_plan[ready_i++];
     // Drafts past the length limit could never be emitted.
     const int room = std::min(s->params.max_tokens - s->n_completion(), s->max_total - s->n_total()) - 1;
-    int k = std::min({k_step, room, spare_tokens});
+    int k = std::min({k_seq, room, spare_tokens});
     if (k <= 0) continue;
     std::vector<int32_t> prop;
     if (so.method == SpecMethod::ngram) {
@@ -210,6 +214,7 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
       stats_.spec_proposed += k;
       stats_.spec_accepted += acc_emitted;
       adapt_->observe(k, acc);
+      s.spec_alpha = SpecAdaptive::observe_seq(s.spec_alpha, k, acc);
     }
     if (s.finish != FinishReason::none) {
       after_token(s, ev, now, done);  // s is gone from here

@@ -254,6 +254,33 @@ TEST(Speculative, AdaptiveKeepsOutputsAndTurnsOffForARandomDraft) {
   EXPECT_EQ(a.choose(8, false), 4);
 }
 
+// Per-request k (SpecAdaptive::plan), no model: with a per-token verify cost, sequences that
+// keep accepting draft and those that never do not; when forwards get expensive per token
+// (a large, compute-bound batch), nobody drafts.
+TEST(Speculative, AdaptivePlansKPerRequestFromItsAcceptance) {
+  SpecAdaptive a(4, 1000);
+  for (int i = 0; i < 8; ++i) {  // 1 ms + 10 µs per token; a draft round 0.1 ms + 1 µs per sequence
+    a.target.add(8 + 16 * i, 1e-3 + 1e-5 * (8 + 16 * i));
+    a.draft.add(8 + 16 * i, 1e-4 + 1e-6 * (8 + 16 * i));
+  }
+  std::vector<double> alpha(16, 0.05);
+  for (size_t s = 0; s < 8; ++s) alpha[s] = 0.95;
+  const std::vector<int> k = a.plan(alpha, true);
+  for (size_t s = 0; s < 8; ++s) EXPECT_EQ(k[s], 4) << "high-acceptance sequence " << s;
+  for (size_t s = 8; s < 16; ++s) EXPECT_EQ(k[s], 0) << "low-acceptance sequence " << s;
+  // Reference for the choice above: 8 sequences at α = 0.95 and k = 4 emit 8 · (0.95 + ... +
+  // 0.95^4) = 28.9 extra tokens for 32 extra verify tokens (0.32 ms) and 3 draft rounds
+  // (0.32 ms) on a 1.34 ms plain step: 44.9 / 1.98 ms beats 16 / 1.34 ms.
+  SpecAdaptive b(4, 1000);
+  for (int i = 0; i < 8; ++i) {  // compute-bound: 1 ms per token
+    b.target.add(8 + 16 * i, 1e-3 * (8 + 16 * i));
+    b.draft.add(8 + 16 * i, 1e-6);
+  }
+  for (int v : b.plan(std::vector<double>(64, 0.7), true)) EXPECT_EQ(v, 0);
+  EXPECT_DOUBLE_EQ(SpecAdaptive::observe_seq(-1, 3, 3), 1.0);
+  EXPECT_NEAR(SpecAdaptive::observe_seq(1.0, 3, 0), 0.8, 1e-12);  // a miss at position 1 only
+}
+
 TEST(Speculative, ConfigErrorsNameTheKey) {
   SpeculativeOptions o;
   o.method = SpecMethod::ngram;
