@@ -155,6 +155,9 @@ int main(int argc, char** argv) {
     while (std::getline(ss, d, ','))
       if (!d.empty()) drafts.push_back(d);
   }
+  for (const std::string& d : drafts)
+    if (d != "self" && d != "ngram" && d != "layerskip" && d != "random")
+      return fail("--drafts: unknown proposer \"" + d + "\" (use self, ngram, layerskip, random)");
   std::vector<std::pair<int, int>> shapes;
   for (int s : parse_list(sizes_s)) shapes.push_back({s, 1});
   if (!grpo_s.empty()) {
@@ -201,7 +204,6 @@ int main(int argc, char** argv) {
       c.speculative.adaptive = adaptive;
       if (d != "ngram") c.speculative.draft_model = "bench_spec:" + d;  // loaded here, not from a directory
       const ModelWeights* dw = d == "self" ? &w : d == "layerskip" ? &skip : d == "random" ? &rnd : nullptr;
-      if (d != "ngram" && !dw) return fail("--drafts: unknown proposer " + d + " (self, ngram, layerskip, random)");
       auto eo = cli::engine_flags_options(c, co.device, w, &rnd, dt, std::max(64, B * G));
       if (!eo.ok()) return fail(eo.status().message());
       EngineOptions seo = eo.value();
