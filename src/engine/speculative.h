@@ -14,21 +14,19 @@
 //           suffix occurred earlier in the sequence (most recent occurrence) proposes the
 //           tokens that followed it. No model.
 //
-// Verification (exact, and token for token equal to plain decoding): the target samples
-// every verified position j with the RNG counter plain decoding would use there
-// (completion index), its own processed distribution (temperature, top-k, top-p, min-p,
-// banned ids) and its own logits. Draft d_{j+1} is accepted iff it equals the target's
-// sample at position j; the first mismatch emits the target's sample instead, and when
-// all k match the sample after d_k is emitted too. Every emitted token is therefore the
-// target's own sample from its processed distribution, so outputs (and their raw and
-// processed logprobs, which come from the target's sampler rows) are those of plain
-// decoding, at any temperature, for any proposer. For a deterministic proposer (n-gram)
-// this is the standard rejection rule with a one-hot q: accept with probability p(d),
-// on rejection the target's sample conditioned on ≠ d, i.e. norm(max(0, p − q)). For a
-// draft model the draft samples with the same uniform (inverse CDF in id order), a
-// coupling whose acceptance is P(both samples agree): 1 for an identical draft, at most
-// the optimal 1 − TV(p, q) of min(1, p/q) rejection sampling (which is not used, because
-// its residual resample would break equality with plain decoding's seeded output).
+// Verification: the target samples every verified position j with the RNG counter plain
+// decoding would use there (completion index), its own processed distribution (temperature,
+// top-k, top-p, min-p, banned ids) and its own logits. Then, per SpeculativeOptions::acceptance:
+//   rejection (rows at temperature > 0): speculative sampling (kernels/spec_verify.h). d_{j+1}
+//     is kept with probability min(1, p(d)/q(d)) (q: the draft's processed distribution, or a
+//     point mass for n-gram proposals); the first rejection emits a draw from
+//     norm(max(0, p − q)). Emitted tokens follow p exactly; acceptance is 1 − TV(p, q).
+//   match (and greedy rows always): d_{j+1} is kept iff it equals the target's own sample at
+//     position j; the first mismatch emits that sample. Outputs equal plain decoding's token
+//     for token, for any k; a draft model samples with the same uniform (inverse CDF in id
+//     order), a coupling whose acceptance is at most 1 − TV(p, q).
+// When all k are kept the target's own sample after d_k is emitted too. Raw and processed
+// logprobs (and top-n lists) of every emitted token are the target's at its position.
 //
 // Rollback: rejected positions are dropped from the sequence; n_computed moves back to
 // the committed tokens, blocks past the committed length are returned, and the draft
