@@ -71,6 +71,10 @@ void add_engine_flags(CLI::App* app, EngineConfig* c) {
   app->add_option("--spec-probe-every", sp->probe_every,
                   "Adaptive: steps between probe steps while drafting is off")
       ->capture_default_str()->group(gs);
+  add_enum(app, "--spec-acceptance", &sp->acceptance, spec_acceptance_names(),
+           "At temperature > 0: rejection (speculative sampling) or match (drafts kept iff equal to the "
+           "target's seeded sample: outputs identical to plain decoding)")
+      ->group(gs);
 }
 
 Status engine_flags_validate(const EngineConfig& c) {
@@ -84,7 +88,8 @@ Status engine_flags_validate(const EngineConfig& c) {
       {"speculative.ngram_min", "ngram-min"},
       {"speculative.ngram_max", "ngram-max"},
       {"speculative.adaptive", "no-adaptive-spec"},
-      {"speculative.probe_every", "spec-probe-every"}};
+      {"speculative.probe_every", "spec-probe-every"},
+      {"speculative.acceptance", "spec-acceptance"}};
   std::string m = s.message();
   // Message text may name other keys too ("... but speculative.method = ..."): rename those first.
   for (const auto& [key, flag] : kSpecFlags)

@@ -195,6 +195,7 @@ class Engine {
   bool tandem_on_ = false;
   std::unique_ptr<SpecDraft> draft_;
   std::unique_ptr<SpecAdaptive> adapt_;
+  Tensor spec_p_;  // (max logit rows, V) f32: the target's processed distributions (speculative sampling)
   std::unordered_map<int64_t, std::unique_ptr<Sequence>> seqs_;
   std::unordered_map<int64_t, std::unique_ptr<Decoder>> decoders_;
   int64_t next_request_ = 0, next_seq_ = 0;

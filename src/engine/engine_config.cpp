@@ -79,6 +79,7 @@ SpeculativeOptions SpeculativeConfig::options() const {
   o.ngram_max = int(ngram_max);
   o.adaptive = adaptive;
   o.probe_every = int(probe_every);
+  o.acceptance = acceptance;
   return o;
 }
 
@@ -154,6 +155,19 @@ Result<EngineOptions> engine_options_from_config(const EngineConfig& c, Device d
   const int max_len = eo.max_model_len > 0 ? eo.max_model_len : mc.max_position_embeddings;
   mem.engine_buffers =
       engine_buffer_bytes(mc, model_dtype, eo.max_num_seqs, eo.max_num_batched_tokens, max_len, eo.block_size);
+  if (eo.speculative.enabled()) {
+    // f32 (rows, V) buffers of speculative decoding: the verify's k extra logits rows per
+    // sequence; with speculative sampling the target's dense p (k + 1 rows) and, with a draft
+    // model, its q (k rows) and its own logits rows.
+    const size_t N = size_t(eo.max_num_seqs), k = size_t(eo.speculative.num_speculative_tokens);
+    const size_t row = 4 * size_t(mc.vocab_size);
+    size_t rows = N * k;
+    if (eo.speculative.acceptance == SpecAcceptance::rejection) {
+      rows += N * (k + 1);
+      if (eo.speculative.method == SpecMethod::draft) rows += N * k + N;
+    }
+    mem.engine_buffers += rows * row;
+  }
   GRPO_ASSIGN_OR_RETURN(eo.kv_cache_bytes,
                         engine_kv_budget(c, dev, mem, kv_block_bytes(mc, kv_dtype.value(), eo.block_size)));
   GRPO_TRY(engine_kv_blocks(mc, model_dtype, eo).status());

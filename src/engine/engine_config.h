@@ -39,6 +39,7 @@ struct SpeculativeConfig {
   int64_t ngram_min = 1, ngram_max = 4;    // prompt-lookup suffix lengths tried (longest first)
   bool adaptive = true;                    // pick k per step from a run-time cost model (0 = plain decoding)
   int64_t probe_every = 32;                // adaptive: steps between probe steps while drafting is off
+  SpecAcceptance acceptance = SpecAcceptance::rejection;  // rejection | match (spec_acceptance_names())
   SpeculativeOptions options() const;      // the engine's copy (ranges unchecked; see validate)
 };
 

@@ -26,6 +26,12 @@ std::span<const EnumName<KvCacheDtype>> kv_cache_dtype_names();  // auto, fp8, f
 // Speculative decoding (engine/speculative.h): off, a draft model, or n-gram prompt lookup.
 enum class SpecMethod { off, draft, ngram };
 std::span<const EnumName<SpecMethod>> spec_method_names();  // off, draft, ngram
+// How a verified draft is kept at temperature > 0 (greedy rows always keep a draft iff it is
+// the argmax): rejection = speculative sampling (min(1, p/q), residual resample; outputs follow
+// the target's distribution exactly, more drafts kept); match = kept iff it equals the target's
+// own seeded sample there (outputs identical to plain decoding token for token, for any k).
+enum class SpecAcceptance { rejection, match };
+std::span<const EnumName<SpecAcceptance>> spec_acceptance_names();  // rejection, match
 
 // Resolved [engine.speculative] settings (engine/engine_config.h's SpeculativeConfig builds them).
 struct SpeculativeOptions {
@@ -36,6 +42,7 @@ struct SpeculativeOptions {
   int ngram_min = 1, ngram_max = 4;  // prompt-lookup suffix lengths tried (longest first)
   bool adaptive = true;            // lower k / stop drafting when the cost model predicts a loss
   int probe_every = 32;            // adaptive: steps between probe steps while drafting is off
+  SpecAcceptance acceptance = SpecAcceptance::rejection;
   // Errors name "<prefix><key>".
   Status validate(const std::string& prefix = "engine.speculative.") const;
   bool enabled() const { return method != SpecMethod::off; }

@@ -275,15 +275,63 @@ void ModelRunner::capture_graphs() {
 }
 
 void ModelRunner::execute(const SchedulerOutput& step, const std::vector<RowSampling>& rows,
-                          std::vector<SampledRow>& out) {
+                          std::vector<SampledRow>& out, const Tensor* probs) {
   GRPO_CHECK(int(rows.size()) == step.n_sampled);
   out.clear();
   if (step.empty()) return;
   run_forward(step);
-  sample(rows, out);
+  sample(rows, out, probs);
 }
 
-void ModelRunner::sample(const std::vector<RowSampling>& rows, std::vector<SampledRow>& out) {
+void ModelRunner::spec_verify_rows(const Tensor& P, const Tensor& Q, const std::vector<SpecVerifyRow>& rows,
+                                   std::vector<SpecVerifyResult>& out) {
+  const int64_t N = int64_t(rows.size());
+  out.assign(rows.size(), SpecVerifyResult{});
+  if (N == 0) return;
+  GRPO_CHECK(N <= max_R_ && P.ndim == 2 && P.shape[0] <= max_R_);
+  const Device dev = ctx_.device();
+  if (!d_verify_.draft.defined()) {
+    d_verify_.p_rows = tensor_zeros(dev, DType::i32, {max_R_});
+    d_verify_.q_rows = tensor_zeros(dev, DType::i32, {max_R_});
+    d_verify_.draft = tensor_zeros(dev, DType::i32, {max_R_});
+    d_verify_.rng_key = tensor_zeros(dev, DType::i64, {max_R_});
+    d_verify_.rng_pos = tensor_zeros(dev, DType::i64, {max_R_});
+    d_verify_out_.token = tensor_zeros(dev, DType::i32, {max_R_});
+    d_verify_out_.accepted = tensor_zeros(dev, DType::i32, {max_R_});
+    d_verify_out_.lp_raw = tensor_zeros(dev, DType::f32, {max_R_});
+    d_verify_out_.lp_proc = tensor_zeros(dev, DType::f32, {max_R_});
+  }
+  const size_t n = rows.size();
+  std::vector<int32_t> pr(n), qr(n), dr(n);
+  std::vector<int64_t> key(n), pos(n);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    pr[i] = rows[i].p_row;
+    qr[i] = rows[i].q_row;
+    dr[i] = rows[i].draft;
+    key[i] = int64_t(rows[i].rng_key);
+    pos[i] = int64_t(rows[i].rng_pos);
+  }
+  upload(ctx_, d_verify_.p_rows, pr, N);
+  upload(ctx_, d_verify_.q_rows, qr, N);
+  upload(ctx_, d_verify_.draft, dr, N);
+  upload(ctx_, d_verify_.rng_key, key, N);
+  upload(ctx_, d_verify_.rng_pos, pos, N);
+  SpecVerifyRows v{d_verify_.p_rows.slice0(0, N), d_verify_.q_rows.slice0(0, N), d_verify_.draft.slice0(0, N),
+                   d_verify_.rng_key.slice0(0, N), d_verify_.rng_pos.slice0(0, N)};
+  SpecVerifyOutputs o{d_verify_out_.token.slice0(0, N), d_verify_out_.accepted.slice0(0, N),
+                      d_verify_out_.lp_raw.slice0(0, N), d_verify_out_.lp_proc.slice0(0, N)};
+  const int64_t Rp = P.shape[0];
+  spec_verify(ctx_, o, d_logits_.slice0(0, Rp), P, Q, v);
+  std::vector<int32_t> tok, acc;
+  std::vector<float> lr, lp;
+  download(ctx_, tok, o.token, N);
+  download(ctx_, acc, o.accepted, N);
+  download(ctx_, lr, o.lp_raw, N);
+  download(ctx_, lp, o.lp_proc, N);
+  for (size_t i = 0; i < rows.size(); ++i) out[i] = {tok[i], acc[i] != 0, lr[i], lp[i]};
+}
+
+void ModelRunner::sample(const std::vector<RowSampling>& rows, std::vector<SampledRow>& out, const Tensor* probs) {
   const int64_t R = int64_t(rows.size());
   out.assign(size_t(R), SampledRow{});
   if (R == 0) return;
@@ -347,6 +395,10 @@ void ModelRunner::sample(const std::vector<RowSampling>& rows, std::vector<Sampl
     }
     o.top_ids = d_top_ids_.slice0(0, R * n_top).view({R, int64_t(n_top)});
     o.top_logprobs = d_top_lps_.slice0(0, R * n_top).view({R, int64_t(n_top)});
+  }
+  if (probs) {
+    GRPO_CHECK(probs->ndim == 2 && probs->shape[0] >= R && probs->shape[1] == w_.config.vocab_size);
+    o.probs = probs->slice0(0, R);
   }
   const Tensor logits = d_logits_.slice0(0, R);
   std::vector<int32_t> tok, top_ids;

@@ -25,6 +25,7 @@
 #include "engine/engine_options.h"
 #include "engine/scheduler.h"
 #include "kernels/sampling.h"
+#include "kernels/spec_verify.h"
 #include "model/transformer.h"
 
 namespace grpo {
@@ -51,6 +52,19 @@ struct SampledRow {
   float logprob_trained = 0;
 };
 
+// One draft position for speculative sampling (kernels/spec_verify.h): rows of the target's
+// and the draft's processed distributions (q_row < 0: point mass at the draft token).
+struct SpecVerifyRow {
+  int p_row = 0, q_row = -1;
+  int32_t draft = 0;
+  uint64_t rng_key = 0, rng_pos = 0;
+};
+struct SpecVerifyResult {
+  int32_t token = -1;
+  bool accepted = false;
+  float logprob_raw = 0, logprob_processed = 0;
+};
+
 // Bytes of one KV block over all layers (K and V).
 size_t kv_block_bytes(const ModelConfig& cfg, DType kv_dtype, int block_size);
 
@@ -64,8 +78,16 @@ class ModelRunner {
   ModelRunner& operator=(const ModelRunner&) = delete;
 
   // Runs the step. rows has one entry per scheduled sequence with sample == true,
-  // in step order; out receives one SampledRow each.
-  void execute(const SchedulerOutput& step, const std::vector<RowSampling>& rows, std::vector<SampledRow>& out);
+  // in step order; out receives one SampledRow each. With probs ((>= R, V) f32 on the device),
+  // its first R rows receive each row's processed distribution (SamplingOutputs::probs).
+  void execute(const SchedulerOutput& step, const std::vector<RowSampling>& rows, std::vector<SampledRow>& out,
+               const Tensor* probs = nullptr);
+  // After execute() with probs = P: speculative sampling's test of each row (kernels/spec_verify.h),
+  // raw logprobs from this step's logits. Q: the draft's distributions (empty: every q_row < 0).
+  void spec_verify_rows(const Tensor& P, const Tensor& Q, const std::vector<SpecVerifyRow>& rows,
+                        std::vector<SpecVerifyResult>& out);
+  Device device() const { return ctx_.device(); }
+  int vocab_size() const { return w_.config.vocab_size; }
 
   size_t kv_bytes_per_block() const { return cache_.bytes_per_block(); }
   const EngineOptions& options() const { return opt_; }
@@ -84,7 +106,7 @@ class ModelRunner {
   void fill_inputs(const SchedulerOutput& step, int padded_T, bool allow_prefill_tiles);
   ForwardBatch batch_view(int T, int S, int R, int max_context);
   void run_forward(const SchedulerOutput& step);
-  void sample(const std::vector<RowSampling>& rows, std::vector<SampledRow>& out);
+  void sample(const std::vector<RowSampling>& rows, std::vector<SampledRow>& out, const Tensor* probs = nullptr);
   // EngineOptions::bitwise_logprobs: overwrites out's logprobs with the trainer's LM-head
   // logprob of each sampled token (the tokens are in d_tok_out_, the hidden rows in scratch_.xn).
   void trainer_logprobs(const std::vector<RowSampling>& rows, std::vector<SampledRow>& out);
@@ -111,6 +133,8 @@ class ModelRunner {
   int banned_cap_ = 0, top_cap_ = 0;
   Tensor d_given_ids_, d_given_temps_, d_given_lp_;  // (max_seqs) row_logprobs buffers, allocated on first use
   Tensor d_lse_;  // (max_R) f32: trainer_logprobs' log-sum-exp output (unused but required by the kernel)
+  SpecVerifyRows d_verify_;                           // (max_R) spec_verify inputs, allocated on first use
+  SpecVerifyOutputs d_verify_out_;
   // Host staging.
   std::vector<int32_t> h_tokens_, h_positions_, h_token_seq_, h_slots_, h_block_table_, h_logit_rows_;
   std::vector<std::array<int32_t, 4>> h_tiles_;  // (row0, n_rows, seq, pos0)

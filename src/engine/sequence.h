@@ -59,6 +59,8 @@ struct Sequence {
   // whose K/V the draft model has not written yet (0 or 1).
   int n_spec = 0;
   int draft_lag = 0;
+  double spec_alpha = -1;               // adaptive k: EMA of this sample's per-position acceptance (< 0: none yet)
+  std::vector<int> spec_q_rows;         // speculative sampling: the draft's q row of each draft position (SpecDraft::q)
   int64_t spec_proposed = 0, spec_accepted = 0, engine_steps = 0;
   std::vector<int64_t> spec_accepted_by_pos, spec_proposed_by_pos;  // per draft position
   std::string text;                     // detokenized completion (stop strings cut)

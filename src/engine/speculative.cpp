@@ -25,6 +25,12 @@ Result<SpecMethod> spec_method_from_string(const std::string& s) {
 
 const char* spec_method_name(SpecMethod m) { return enum_name(spec_method_names(), m); }
 
+std::span<const EnumName<SpecAcceptance>> spec_acceptance_names() {
+  static constexpr EnumName<SpecAcceptance> names[] = {{"rejection", SpecAcceptance::rejection},
+                                                       {"match", SpecAcceptance::match}};
+  return names;
+}
+
 Status SpeculativeOptions::validate(const std::string& prefix) const {
   auto bad = [&](const std::string& m) { return error_status(prefix + m); };
   if (method == SpecMethod::off) return ok_status();
@@ -112,34 +118,82 @@ void SpecAdaptive::observe(int k, int accepted) {
   }
 }
 
+double SpecAdaptive::observe_seq(double alpha, int k, int accepted) {
+  // Requests are short-lived: a fast EMA, seeded by the first outcome.
+  constexpr double kDecay = 0.8;
+  for (int j = 1; j <= k && j <= accepted + 1; ++j) {
+    const double hit = j <= accepted ? 1.0 : 0.0;
+    alpha = alpha < 0 ? hit : kDecay * alpha + (1 - kDecay) * hit;
+  }
+  return alpha;
+}
+
 int SpecAdaptive::choose(int n_decode, bool has_draft) {
+  const std::vector<int> k = plan(std::vector<double>(size_t(std::max(0, n_decode)), -1.0), has_draft);
+  return k.empty() ? 0 : *std::max_element(k.begin(), k.end());
+}
+
+// Plans considered: the m sequences of highest expected acceptance draft k tokens each, the
+// others none, for every k in [1, k_max] and m in [1, B]. With n = m · k drafts the step costs
+//   t_target(B + n)                       one verify forward over every scheduled token
+//   + t_draft(B) + (k − 1) · t_draft(m)   draft round 1 (every sequence: it keeps the draft's
+//                                         cache in step, so plain decoding pays it too) and
+//                                         k − 1 proposal rounds over the m drafting sequences
+// and emits Σ_s E_s(k_s) tokens. The plan with the most tokens per second wins if it beats
+// plain decoding (B tokens in t_target(B) [+ t_draft(B)]) by 2%, so noise in the fits does
+// not flip a step to a loss. Larger batches make the verify forward compute-bound (the fit's
+// slope b grows relative to its intercept a), which is how batch size lowers k.
+std::vector<int> SpecAdaptive::plan(const std::vector<double>& alpha, bool has_draft) {
   ++steps_;
   ++since_spec_;
-  if (n_decode <= 0) return 0;
+  const int B = int(alpha.size());
+  std::vector<int> ks(size_t(B), 0);
+  if (B == 0) return ks;
   // Until both fits have seen two batch shapes, draft at full k (that also calibrates).
   if (!target.ready() || (has_draft && !draft.ready())) {
     since_spec_ = 0;
-    return k_max_;
+    std::fill(ks.begin(), ks.end(), k_max_);
+    return ks;
   }
-  const double B = n_decode;
-  const double plain = target.predict(B);
-  double best_rate = 1.0 / std::max(plain, 1e-12);
-  int best = 0;
-  double e = 1, run = 1;
+  // gain[s][k-1]: expected extra tokens of sequence s from k drafts.
+  auto gain = [&](size_t s, int k) {
+    double e = 0, run = 1;
+    for (int j = 1; j <= k; ++j) {
+      run *= alpha[s] >= 0 ? alpha[s] : alpha_[size_t(j)];
+      e += run;
+    }
+    return e;
+  };
+  std::vector<size_t> order(static_cast<size_t>(B));
+  for (size_t s = 0; s < order.size(); ++s) order[s] = s;
+  std::vector<double> a1(static_cast<size_t>(B));
+  for (size_t s = 0; s < a1.size(); ++s) a1[s] = alpha[s] >= 0 ? alpha[s] : alpha_[1];
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return a1[x] > a1[y]; });
+  const double round1 = has_draft ? draft.predict(B) : 0.0;
+  const double plain_rate = double(B) / std::max(target.predict(B) + round1, 1e-12);
+  double best_rate = plain_rate * 1.02;
+  int best_k = 0, best_m = 0;
   for (int k = 1; k <= k_max_; ++k) {
-    run *= alpha_[size_t(k)];
-    e += run;
-    double cost = target.predict(B * (k + 1));
-    if (has_draft) cost += k * draft.predict(B);
-    const double rate = e / std::max(cost, 1e-12);
-    if (rate > best_rate * 1.02) {  // a margin, so noise in the fit does not flip to a loss
-      best_rate = rate;
-      best = k;
+    double e = B;
+    for (int m = 1; m <= B; ++m) {
+      e += gain(order[size_t(m - 1)], k);
+      double cost = target.predict(double(B + m * k)) + round1;
+      if (has_draft) cost += (k - 1) * draft.predict(m);
+      const double rate = e / std::max(cost, 1e-12);
+      if (rate > best_rate) {
+        best_rate = rate;
+        best_k = k;
+        best_m = m;
+      }
     }
   }
-  if (best == 0 && since_spec_ >= probe_every_) best = 1;  // probe: keep the acceptance estimate alive
-  if (best > 0) since_spec_ = 0;
-  return best;
+  if (best_k == 0 && since_spec_ >= probe_every_) {  // probe: keep the acceptance estimates alive
+    best_k = 1;
+    best_m = B;
+  }
+  for (int m = 0; m < best_m; ++m) ks[order[size_t(m)]] = best_k;
+  if (best_k > 0) since_spec_ = 0;
+  return ks;
 }
 
 // ---- draft runner ----
@@ -149,14 +203,25 @@ SpecDraft::SpecDraft(Context& ctx, const ModelWeights& draft, EngineOptions eo, 
   // Round 1 carries the target's tokens minus its drafts plus at most one catch-up token per sequence.
   eo.max_num_batched_tokens += eo.max_num_seqs;
   geo.max_logit_rows = 0;
+  max_seqs_ = eo.max_num_seqs;
+  k_max_ = eo.speculative.num_speculative_tokens;
   runner_ = std::make_unique<ModelRunner>(ctx, draft, eo, geo);
+}
+
+void SpecDraft::keep_distributions(bool on) {
+  keep_q_ = on;
+  if (!on || q_.defined()) return;
+  q_ = tensor_zeros(ctx_.device(), DType::f32, {int64_t(k_max_) * max_seqs_, int64_t(runner_->vocab_size())});
 }
 
 SpecDraft::~SpecDraft() = default;
 
-void SpecDraft::run_round(const SchedulerOutput& round, const std::vector<RowSampling>& rows) {
+void SpecDraft::run_round(const SchedulerOutput& round, const std::vector<RowSampling>& rows, int j) {
   const double t0 = now_seconds();
-  runner_->execute(round, rows, sampled_);
+  GRPO_CHECK(j < k_max_ && int(rows.size()) <= max_seqs_);
+  Tensor qj;
+  if (keep_q_) qj = q_.slice0(int64_t(j) * max_seqs_, int64_t(j + 1) * max_seqs_);
+  runner_->execute(round, rows, sampled_, keep_q_ ? &qj : nullptr);
   if (fit) fit->add(double(round.n_tokens), now_seconds() - t0);
 }
 

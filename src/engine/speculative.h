@@ -14,33 +14,34 @@
 //           suffix occurred earlier in the sequence (most recent occurrence) proposes the
 //           tokens that followed it. No model.
 //
-// Verification (exact, and token for token equal to plain decoding): the target samples
-// every verified position j with the RNG counter plain decoding would use there
-// (completion index), its own processed distribution (temperature, top-k, top-p, min-p,
-// banned ids) and its own logits. Draft d_{j+1} is accepted iff it equals the target's
-// sample at position j; the first mismatch emits the target's sample instead, and when
-// all k match the sample after d_k is emitted too. Every emitted token is therefore the
-// target's own sample from its processed distribution, so outputs (and their raw and
-// processed logprobs, which come from the target's sampler rows) are those of plain
-// decoding, at any temperature, for any proposer. For a deterministic proposer (n-gram)
-// this is the standard rejection rule with a one-hot q: accept with probability p(d),
-// on rejection the target's sample conditioned on ≠ d, i.e. norm(max(0, p − q)). For a
-// draft model the draft samples with the same uniform (inverse CDF in id order), a
-// coupling whose acceptance is P(both samples agree): 1 for an identical draft, at most
-// the optimal 1 − TV(p, q) of min(1, p/q) rejection sampling (which is not used, because
-// its residual resample would break equality with plain decoding's seeded output).
+// Verification: the target samples every verified position j with the RNG counter plain
+// decoding would use there (completion index), its own processed distribution (temperature,
+// top-k, top-p, min-p, banned ids) and its own logits. Then, per SpeculativeOptions::acceptance:
+//   rejection (rows at temperature > 0): speculative sampling (kernels/spec_verify.h). d_{j+1}
+//     is kept with probability min(1, p(d)/q(d)) (q: the draft's processed distribution, or a
+//     point mass for n-gram proposals); the first rejection emits a draw from
+//     norm(max(0, p − q)). Emitted tokens follow p exactly; acceptance is 1 − TV(p, q).
+//   match (and greedy rows always): d_{j+1} is kept iff it equals the target's own sample at
+//     position j; the first mismatch emits that sample. Outputs equal plain decoding's token
+//     for token, for any k; a draft model samples with the same uniform (inverse CDF in id
+//     order), a coupling whose acceptance is at most 1 − TV(p, q).
+// When all k are kept the target's own sample after d_k is emitted too. Raw and processed
+// logprobs (and top-n lists) of every emitted token are the target's at its position.
 //
 // Rollback: rejected positions are dropped from the sequence; n_computed moves back to
 // the committed tokens, blocks past the committed length are returned, and the draft
 // remembers the one committed token it has not computed (draft_lag). Speculative tokens
 // are never hashed into the prefix cache (BlockManager::append's n_register).
 //
-// Adaptive k (SpecAdaptive): per step the engine picks the k that maximises expected
-// emitted tokens per second: E(k) = 1 + Σ_{j≤k} Π_{i≤j} α_i (α_i = EMA of acceptance at
-// draft position i given position i was reached) over a cost model fitted at run time
-// from measured forward times (seconds ≈ a + b · tokens, least squares with forgetting,
-// one fit for the target and one for the draft). k = 0 (plain decoding) whenever no k
-// beats it; while off, a probe step every probe_every steps keeps α measured.
+// Adaptive k (SpecAdaptive::plan): per step the engine picks, for each decode-ready
+// sequence, k_s in [0, k_max] to maximise expected emitted tokens per second of the step.
+// A sequence's expected tokens are E_s(k) = 1 + Σ_{j≤k} α_s^j with α_s its own EMA of
+// per-position acceptance (until measured: 1 + Σ_{j≤k} Π_{i≤j} α_i, the engine-wide EMA
+// by draft position). The step's cost comes from models fitted at run time to measured
+// forward times (seconds ≈ a + b · tokens, least squares with forgetting; one fit for the
+// target's verify/decode forward, one for a draft round). k = 0 everywhere (plain
+// decoding) whenever no plan beats it by 2%; while off, a probe step every probe_every
+// steps keeps α measured.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -89,10 +90,15 @@ class SpecCostFit {
 class SpecAdaptive {
  public:
   SpecAdaptive(int k_max, int probe_every);
-  // k for a step with n_decode decode-ready sequences (0 = plain decoding).
+  // k for a step with n_decode decode-ready sequences of unmeasured acceptance (0 = plain decoding).
   int choose(int n_decode, bool has_draft);
+  // k per decode-ready sequence from its own acceptance EMA (alpha[s] < 0: not measured yet,
+  // the engine-wide per-position α is used). See plan() in speculative.cpp for the cost model.
+  std::vector<int> plan(const std::vector<double>& alpha, bool has_draft);
   // Outcome of one verified sequence: it proposed k and the first `accepted` matched.
   void observe(int k, int accepted);
+  // A sequence's own acceptance EMA (Sequence::spec_alpha; < 0 = none yet) after such an outcome.
+  static double observe_seq(double alpha, int k, int accepted);
   SpecCostFit target, draft;
   double alpha(int pos) const { return alpha_[size_t(pos)]; }
 
@@ -118,12 +124,20 @@ class SpecDraft {
   template <class RowsOf>
   void propose(const SchedulerOutput& step, RowsOf&& rows_of);
   size_t kv_bytes_per_block() const { return runner_->kv_bytes_per_block(); }
+  // Speculative sampling needs q: from now on every round keeps its rows' processed
+  // distributions (draft position j of a sequence: row Sequence::spec_q_rows[j] of q()).
+  // on = false: the next rounds skip it (a step without rows at temperature > 0).
+  void keep_distributions(bool on);
+  const Tensor& q() const { return q_; }
 
  private:
-  void run_round(const SchedulerOutput& round, const std::vector<RowSampling>& rows);
+  void run_round(const SchedulerOutput& round, const std::vector<RowSampling>& rows, int j);
   Context& ctx_;
   std::unique_ptr<ModelRunner> runner_;
   std::vector<SampledRow> sampled_;
+  int max_seqs_ = 0, k_max_ = 0;
+  bool keep_q_ = false;
+  Tensor q_;  // (k_max · max_seqs, V) f32: round j's rows from row j · max_seqs (empty: not kept)
 
  public:
   SpecCostFit* fit = nullptr;  // receives (tokens, seconds) of every draft round
@@ -157,10 +171,11 @@ void SpecDraft::propose(const SchedulerOutput& step, RowsOf&& rows_of) {
     round.n_tokens += d.n_new;
     round.n_sampled += d.sample ? 1 : 0;
   }
-  run_round(round, rows);
+  run_round(round, rows, 0);
   for (size_t i = 0; i < spec.size(); ++i) {
     Sequence* s = spec[i];
     s->tokens[size_t(s->n_total() - s->n_spec)] = sampled_[spec_row[i]].token;
+    s->spec_q_rows.assign(1, int(spec_row[i]));
   }
   for (int j = 1; j < k_max; ++j) {
     round = SchedulerOutput{};
@@ -181,10 +196,11 @@ void SpecDraft::propose(const SchedulerOutput& step, RowsOf&& rows_of) {
       live.push_back(s);
     }
     if (live.empty()) break;
-    run_round(round, rows);
+    run_round(round, rows, j);
     for (size_t i = 0; i < live.size(); ++i) {
       Sequence* s = live[i];
       s->tokens[size_t(s->n_total() - s->n_spec + j)] = sampled_[i].token;
+      s->spec_q_rows.push_back(j * max_seqs_ + int(i));
     }
   }
 }

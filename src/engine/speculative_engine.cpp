@@ -1,6 +1,7 @@
 // Engine::step with speculative decoding (engine/speculative.h): plan drafts, schedule,
 // propose, verify in one target forward, commit the accepted run and roll back the rest.
 #include <algorithm>
+#include <cstdint>
 #include <unordered_set>
 
 #include "core/check.h"
@@ -17,21 +18,25 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
   // itself; draft model: placeholders filled after scheduling), within the step's token
   // budget and the blocks left after every running sequence's plain next token, so that
   // drafting never preempts or chunks anything.
-  int pending = 0, n_ready = 0, spare_blocks = blocks_->n_free();
+  int pending = 0, spare_blocks = blocks_->n_free();
+  std::vector<double> ready_alpha;  // per decode-ready sequence, in running order
   for (const Sequence* s : scheduler_->running()) {
     pending += s->n_total() - s->n_computed;
-    n_ready += s->n_computed == s->n_total() - 1;
+    if (s->n_computed == s->n_total() - 1) ready_alpha.push_back(s->spec_alpha);
     spare_blocks -= std::max(0, blocks_->blocks_for(s->n_total()) - int(s->table.blocks.size()));
   }
   int spare_tokens = opt_.max_num_batched_tokens - pending;
-  const int k_step = so.adaptive ? adapt_->choose(n_ready, draft_ != nullptr) : so.num_speculative_tokens;
+  const std::vector<int> k_plan = so.adaptive ? adapt_->plan(ready_alpha, draft_ != nullptr)
+                                              : std::vector<int>(ready_alpha.size(), so.num_speculative_tokens);
   std::vector<Sequence*> planned;
+  size_t ready_i = 0;
   for (Sequence* s : scheduler_->running()) {
-    if (k_step <= 0 || spare_tokens <= 0) break;
+    if (spare_tokens <= 0) break;
     if (s->n_computed != s->n_total() - 1) continue;
+    const int k_seq = k_plan[ready_i++];
     // Drafts past the length limit could never be emitted.
     const int room = std::min(s->params.max_tokens - s->n_completion(), s->max_total - s->n_total()) - 1;
-    int k = std::min({k_step, room, spare_tokens});
+    int k = std::min({k_seq, room, spare_tokens});
     if (k <= 0) continue;
     std::vector<int32_t> prop;
     if (so.method == SpecMethod::ngram) {
@@ -82,6 +87,16 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
   for (const auto& ss : out.seqs)
     if (ss.seq->t_first_scheduled < 0) ss.seq->t_first_scheduled = now;
 
+  // Speculative sampling applies to drafted sequences at temperature > 0; greedy rows keep the
+  // match rule, which is the same test there (p is a point mass at the argmax).
+  bool rejection = false;
+  if (so.acceptance == SpecAcceptance::rejection)
+    for (const ScheduledSeq& ss : out.seqs) rejection |= ss.seq->n_spec > 0 && ss.seq->params.temperature > 0.f;
+  if (rejection && !spec_p_.defined())
+    spec_p_ = tensor_zeros(ctx_.device(), DType::f32,
+                           {int64_t(opt_.max_num_seqs) * (so.num_speculative_tokens + 1), int64_t(w_.config.vocab_size)});
+  if (draft_) draft_->keep_distributions(rejection);
+
   // 2. Proposals of the draft model (also keeps its pool in step with the target's).
   if (draft_)
     draft_->propose(out, [&](const Sequence& s, int j) {
@@ -101,7 +116,35 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
   }
   std::vector<SampledRow> sampled;
   const double t0 = now_seconds();
-  runner_->execute(out, rows, sampled);
+  runner_->execute(out, rows, sampled, rejection ? &spec_p_ : nullptr);
+  // Speculative sampling's test at every draft position of the rows at temperature > 0
+  // (positions after a sequence's first rejection are tested too and ignored: one launch).
+  std::vector<SpecVerifyRow> vrows;
+  std::vector<size_t> vfirst(out.seqs.size(), SIZE_MAX);  // first vrows entry of each sequence
+  if (rejection) {
+    size_t r = 0;
+    for (size_t i = 0; i < out.seqs.size(); ++i) {
+      const ScheduledSeq& ss = out.seqs[i];
+      if (!ss.sample) continue;
+      const Sequence& s = *ss.seq;
+      const int k = s.n_spec, c0 = s.n_completion() - k;
+      if (k > 0 && s.params.temperature > 0.f) {
+        vfirst[i] = vrows.size();
+        for (int j = 0; j < k; ++j) {
+          SpecVerifyRow v;
+          v.p_row = int(r) + j;
+          v.q_row = draft_ ? s.spec_q_rows[size_t(j)] : -1;
+          v.draft = s.tokens[size_t(s.n_total() - k + j)];
+          v.rng_key = rows[r + size_t(j)].rng_key;
+          v.rng_pos = uint64_t(c0 + j);
+          vrows.push_back(v);
+        }
+      }
+      r += size_t(k) + 1;
+    }
+  }
+  std::vector<SpecVerifyResult> vres;
+  if (!vrows.empty()) runner_->spec_verify_rows(spec_p_, draft_ ? draft_->q() : Tensor{}, vrows, vres);
   adapt_->target.add(double(out.n_tokens), now_seconds() - t0);
   scheduler_->on_step_done(out);
   ++stats_.steps;
@@ -125,15 +168,34 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
     ++s.engine_steps;
     std::vector<int32_t> drafts(s.tokens.end() - k, s.tokens.end());
     strip(&s);
+    // The emitted run: accepted drafts, then the target's token at the first rejection (its
+    // seeded sample, or speculative sampling's residual draw), or after all k the target's
+    // own sample. Logprobs are always the target's at that position; top-n lists too.
     int acc = 0;
-    while (acc < k && sampled[r + size_t(acc)].token == drafts[size_t(acc)]) ++acc;
+    std::vector<SampledRow> run;
+    if (vfirst[i] != SIZE_MAX) {
+      const SpecVerifyResult* v = vres.data() + vfirst[i];
+      while (acc < k && v[acc].accepted) ++acc;
+      for (int j = 0; j <= acc; ++j) {
+        SampledRow row = sampled[r + size_t(j)];
+        if (j < k) {
+          row.token = v[j].token;
+          row.logprob_raw = v[j].logprob_raw;
+          row.logprob_processed = v[j].logprob_processed;
+        }
+        run.push_back(std::move(row));
+      }
+    } else {
+      while (acc < k && sampled[r + size_t(acc)].token == drafts[size_t(acc)]) ++acc;
+      run.assign(sampled.begin() + std::ptrdiff_t(r), sampled.begin() + std::ptrdiff_t(r) + acc + 1);
+    }
     int emitted = 0;
     TokenEvent* ev = nullptr;  // the last emitted token's (events only)
     for (int j = 0; j <= acc; ++j) {
-      on_token(s, sampled[r + size_t(j)], now);
+      on_token(s, run[size_t(j)], now);
       ++emitted;
       ++stats_.tokens_generated;
-      ev = add_event(s, sampled[r + size_t(j)], events);
+      ev = add_event(s, run[size_t(j)], events);
       if (s.finish != FinishReason::none) break;
       after_token(s, ev, now, done);  // streams the text that became final
     }
@@ -152,6 +214,7 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
       stats_.spec_proposed += k;
       stats_.spec_accepted += acc_emitted;
       adapt_->observe(k, acc);
+      s.spec_alpha = SpecAdaptive::observe_seq(s.spec_alpha, k, acc);
     }
     if (s.finish != FinishReason::none) {
       after_token(s, ev, now, done);  // s is gone from here

@@ -43,6 +43,11 @@ void sample_tokens(Context& ctx, SamplingOutputs& out, const Tensor& logits, con
                        out.top_logprobs.shape[1] == out.top_ids.shape[1],
                    "top_logprobs must have top_ids' shape");
   }
+  if (out.probs.defined()) {
+    GRPO_CHECK_F32(ctx, out.probs);
+    GRPO_CHECK_MSG(out.probs.ndim == 2 && out.probs.shape[0] == R && out.probs.shape[1] == logits.shape[1],
+                   "probs must be (R, V) like logits");
+  }
   if (R == 0) return;
   GRPO_DISPATCH(ctx, sample_tokens, ctx, out, logits, rows, top_processed);
 }

@@ -85,6 +85,10 @@ struct SamplingOutputs {
   Tensor logprob_processed;  // (R) f32: lp of the sampled id
   Tensor top_ids;            // (R, n) i32, optional (empty: no top-n)
   Tensor top_logprobs;       // (R, n) f32, with top_ids
+  // (R, V) f32, optional: the processed distribution itself, q / Σ_kept q for kept ids and 0
+  // for the others (speculative sampling's p and q, kernels/spec_verify.h). CUDA serves rows
+  // that want it on the one-block path.
+  Tensor probs;
 };
 
 }  // namespace grpo

@@ -80,6 +80,7 @@ std::vector<Field> fields_of(RunConfig& c) {
       {"engine.speculative.ngram_max", &g.speculative.ngram_max},
       {"engine.speculative.adaptive", &g.speculative.adaptive},
       {"engine.speculative.probe_every", &g.speculative.probe_every},
+      {"engine.speculative.acceptance", enum_ref(&g.speculative.acceptance, spec_acceptance_names())},
       {"train.steps", &t.steps}, {"train.lr", &t.lr}, {"train.lr_schedule", enum_ref(&t.lr_schedule, lr_schedule_names())},
       {"train.warmup_steps", &t.warmup_steps}, {"train.weight_decay", &t.weight_decay},
       {"train.weight_decay_all", &t.weight_decay_all},

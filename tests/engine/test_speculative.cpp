@@ -81,10 +81,15 @@ SpecRun run(const EngineOptions& eo, const SamplingParams& p, const ModelWeights
   return {std::move(out).value(), eng.stats()};
 }
 
-EngineOptions spec(EngineOptions eo, SpecMethod m, int k, bool adaptive = false) {
+// acceptance = match (the default here): outputs equal plain decoding's token for token at
+// every temperature, which is what most tests below check. Speculative sampling (rejection)
+// is checked statistically in test_spec_sampling.cpp.
+EngineOptions spec(EngineOptions eo, SpecMethod m, int k, bool adaptive = false,
+                   SpecAcceptance acc = SpecAcceptance::match) {
   eo.speculative.method = m;
   eo.speculative.num_speculative_tokens = k;
   eo.speculative.adaptive = adaptive;
+  eo.speculative.acceptance = acc;
   return eo;
 }
 
@@ -122,6 +127,10 @@ TEST(Speculative, NgramProposesWhatFollowedTheMostRecentLongestMatch) {
 TEST(Speculative, GreedyEqualsPlainForEveryProposer) {
   const SamplingParams p = params(0.f, 40, 1);
   const SpecRun plain = run(opts(), p);
+  // Speculative sampling keeps greedy rows on the argmax test: bit-identical too.
+  const auto rej = SpecAcceptance::rejection;
+  expect_same(plain, run(spec(opts(), SpecMethod::draft, 3, false, rej), p, &random_draft()), "random draft, rejection");
+  expect_same(plain, run(spec(opts(), SpecMethod::ngram, 5, false, rej), p), "ngram, rejection");
   const SpecRun copy = run(spec(opts(), SpecMethod::draft, 4), p, &stories().w);
   expect_same(plain, copy, "draft = target");
   const SpecRun rnd = run(spec(opts(), SpecMethod::draft, 3), p, &random_draft());
@@ -150,8 +159,11 @@ TEST(Speculative, SampledOutputsEqualPlainDecodingWithFilters) {
 }
 
 TEST(Speculative, IdenticalDraftIsAlwaysAcceptedAndTelemetryCounts) {
-  for (float temp : {0.f, 1.f}) {
-    const SpecRun r = run(spec(opts(), SpecMethod::draft, 4), params(temp, 40, 5), &stories().w);
+  for (int mode = 0; mode < 3; ++mode) {
+    const float temp = mode == 0 ? 0.f : 1.f;
+    // q = p: speculative sampling accepts with probability min(1, p/q) = 1 as well.
+    const SpecAcceptance acc = mode == 2 ? SpecAcceptance::rejection : SpecAcceptance::match;
+    const SpecRun r = run(spec(opts(), SpecMethod::draft, 4, false, acc), params(temp, 40, 5), &stories().w);
     for (const RequestOutput& o : r.out) {
       const RequestTelemetry& tm = o.telemetry;
       EXPECT_GT(tm.spec_proposed, 0);
@@ -240,6 +252,33 @@ TEST(Speculative, AdaptiveKeepsOutputsAndTurnsOffForARandomDraft) {
   EXPECT_EQ(a.choose(8, true), 0);
   for (int i = 0; i < 400; ++i) a.observe(4, 4);  // always accepted: forwards cost the same, so draft
   EXPECT_EQ(a.choose(8, false), 4);
+}
+
+// Per-request k (SpecAdaptive::plan), no model: with a per-token verify cost, sequences that
+// keep accepting draft and those that never do not; when forwards get expensive per token
+// (a large, compute-bound batch), nobody drafts.
+TEST(Speculative, AdaptivePlansKPerRequestFromItsAcceptance) {
+  SpecAdaptive a(4, 1000);
+  for (int i = 0; i < 8; ++i) {  // 1 ms + 10 µs per token; a draft round 0.1 ms + 1 µs per sequence
+    a.target.add(8 + 16 * i, 1e-3 + 1e-5 * (8 + 16 * i));
+    a.draft.add(8 + 16 * i, 1e-4 + 1e-6 * (8 + 16 * i));
+  }
+  std::vector<double> alpha(16, 0.05);
+  for (size_t s = 0; s < 8; ++s) alpha[s] = 0.95;
+  const std::vector<int> k = a.plan(alpha, true);
+  for (size_t s = 0; s < 8; ++s) EXPECT_EQ(k[s], 4) << "high-acceptance sequence " << s;
+  for (size_t s = 8; s < 16; ++s) EXPECT_EQ(k[s], 0) << "low-acceptance sequence " << s;
+  // Reference for the choice above: 8 sequences at α = 0.95 and k = 4 emit 8 · (0.95 + ... +
+  // 0.95^4) = 28.9 extra tokens for 32 extra verify tokens (0.32 ms) and 3 draft rounds
+  // (0.32 ms) on a 1.34 ms plain step: 44.9 / 1.98 ms beats 16 / 1.34 ms.
+  SpecAdaptive b(4, 1000);
+  for (int i = 0; i < 8; ++i) {  // compute-bound: 1 ms per token
+    b.target.add(8 + 16 * i, 1e-3 * (8 + 16 * i));
+    b.draft.add(8 + 16 * i, 1e-6);
+  }
+  for (int v : b.plan(std::vector<double>(64, 0.7), true)) EXPECT_EQ(v, 0);
+  EXPECT_DOUBLE_EQ(SpecAdaptive::observe_seq(-1, 3, 3), 1.0);
+  EXPECT_NEAR(SpecAdaptive::observe_seq(1.0, 3, 0), 0.8, 1e-12);  // a miss at position 1 only
 }
 
 TEST(Speculative, ConfigErrorsNameTheKey) {

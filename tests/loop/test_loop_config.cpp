@@ -228,6 +228,7 @@ TEST(TrainCli, ListKeysShowsEngineKeysAndAllowedValues) {
                            "rollout.ignore_eos\n", "rollout.min_new_tokens\n", "train.activation_recompute\n",
                            "train.micro_batch_tokens\n", "train.lr_schedule  (constant, linear, cosine)\n",
                            "engine.speculative.method  (off, draft, ngram)\n", "engine.speculative.draft_model\n",
+                           "engine.speculative.acceptance  (rejection, match)\n",
                            "tandem.strategy  (token, chunk, word)\n"})
     EXPECT_NE(r.output.find(line), std::string::npos) << line << r.output;
   EXPECT_EQ(r.output.find("rollout.kv_cache_dtype"), std::string::npos);

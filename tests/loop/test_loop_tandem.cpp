@@ -116,8 +116,12 @@ TEST(GrpoLoopTandem, PartnerFromAnotherDirectoryAndPartnerErrors) {
   for (const auto& d : {out, out + "_2", out + "_3", pdir, bad}) fs::remove_all(d);
 }
 
-// engine.speculative in grpo train: the loop loads the draft model (method draft) and
-// rollouts equal plain decoding token for token, so training is exactly vanilla's.
+// engine.speculative in grpo train: the loop loads the draft model (method draft). With
+// acceptance = match, rollouts equal plain decoding token for token, so training is exactly
+// vanilla's. With speculative sampling (the default) the draft is identical to the policy at
+// step 0 (q = p: every draft kept, and the drafts are the policy's seeded samples), so step 0
+// is vanilla's; after the first update the frozen draft differs and rollouts follow the
+// policy only in distribution.
 TEST(GrpoLoopSpeculative, DraftAndNgramTrainExactlyAsVanilla) {
   const std::vector<std::string> common = {"eval.every=0", "checkpoint.save_final=false", "checkpoint.every=0"};
   const std::string v = make_temp_dir("spec_vanilla");
@@ -125,17 +129,19 @@ TEST(GrpoLoopSpeculative, DraftAndNgramTrainExactlyAsVanilla) {
   ASSERT_TRUE(rv.ok()) << rv.status().message();
   const MetricsFile mv = read_metrics(v + "/metrics.jsonl");
   ASSERT_EQ(mv.steps.size(), 2u);
-  for (const std::string method : {std::string("draft"), std::string("ngram")}) {
-    SCOPED_TRACE(method);
-    const std::string out = make_temp_dir(("spec_" + method).c_str());
+  for (const std::string variant : {std::string("draft"), std::string("ngram"), std::string("draft-rejection")}) {
+    SCOPED_TRACE(variant);
+    const std::string method = variant == "ngram" ? "ngram" : "draft";
+    const std::string out = make_temp_dir(("spec_" + variant).c_str());
     auto sets = common;
     sets.push_back("engine.speculative.method=" + method);
+    sets.push_back(std::string("engine.speculative.acceptance=") + (variant == "draft-rejection" ? "rejection" : "match"));
     if (method == "draft") sets.push_back("engine.speculative.draft_model=" + tiny_model_dir());
     auto r = run(tiny_config(2, sets), out);
     ASSERT_TRUE(r.ok()) << r.status().message();
     const MetricsFile m = read_metrics(out + "/metrics.jsonl");
     ASSERT_EQ(m.steps.size(), 2u);
-    for (size_t i = 0; i < 2; ++i)
+    for (size_t i = 0; i < (variant == "draft-rejection" ? 1u : 2u); ++i)
       for (const char* k : {"loss", "reward/mean", "grad_norm", "completion/mean_length"})
         EXPECT_EQ(num(m.steps[i], k), num(mv.steps[i], k)) << k << " at step " << i;
     std::ifstream info(out + "/run_info.json");

@@ -40,7 +40,7 @@ void top_n(const float* score, int64_t V, double offset, int64_t n, int32_t* ids
 }
 
 void sample_row(const float* z, int64_t V, const RowParams& p, int32_t* token, float* lp_raw, float* lp_proc,
-                int64_t n_top, int32_t* top_ids, float* top_lps, bool top_processed) {
+                int64_t n_top, int32_t* top_ids, float* top_lps, bool top_processed, float* probs) {
   // Raw distribution: log_softmax(z).
   float m0 = kNegInf;
   for (int64_t i = 0; i < V; ++i) m0 = std::max(m0, z[i]);
@@ -106,6 +106,8 @@ void sample_row(const float* z, int64_t V, const RowParams& p, int32_t* token, f
   for (int64_t i = 0; i < V; ++i)
     if (kept[size_t(i)]) { S += q[size_t(i)]; last_kept = i; }
   const double log_S = std::log(S);
+  if (probs)
+    for (int64_t i = 0; i < V; ++i) probs[i] = kept[size_t(i)] ? float(double(q[size_t(i)]) / S) : 0.f;
 
   int32_t t = best;
   if (p.temperature > 0.f) {
@@ -155,7 +157,8 @@ void sample_tokens(Context& ctx, SamplingOutputs& out, const Tensor& logits, con
       sample_row(logits.ptr<float>() + r * V, V, p, out.tokens.ptr<int32_t>() + r,
                  out.logprob_raw.ptr<float>() + r, out.logprob_processed.ptr<float>() + r, n_top,
                  n_top ? out.top_ids.ptr<int32_t>() + r * n_top : nullptr,
-                 n_top ? out.top_logprobs.ptr<float>() + r * n_top : nullptr, top_processed);
+                 n_top ? out.top_logprobs.ptr<float>() + r * n_top : nullptr, top_processed,
+                 out.probs.defined() ? out.probs.ptr<float>() + r * V : nullptr);
     }
   });
 }

@@ -62,9 +62,11 @@ void sample_tokens(Context& ctx, SamplingOutputs& out, const Tensor& logits, con
   a.top_lps = n_top ? out.top_logprobs.ptr<float>() : nullptr;
   a.n_top = n_top;
   a.top_processed = top_processed;
+  a.probs = out.probs.defined() ? out.probs.ptr<float>() : nullptr;
   // With top-n lists every row is filtered: no part pass. Vocabularies above kMaxParts chunks
   // (4,194,304 ids) also take the one-block path.
-  const bool split = n_top == 0 && a.n_chunks <= kMaxParts;
+  // Dense probs (speculative sampling) also take it: it already holds the kept set per row.
+  const bool split = n_top == 0 && a.probs == nullptr && a.n_chunks <= kMaxParts;
   // rows.filter_hint (host): -1 unknown, else which filters some row uses (0: none, so the
   // filtered kernels are not launched). A row whose filter's search is not launched takes the
   // one-block path, so any hint gives correct results.

@@ -55,6 +55,7 @@ struct SplitArgs {
   float* top_lps;
   int n_top;
   bool top_processed;
+  float* probs;     // (R, V) or null: the processed distribution (one-block path only)
   int filt_stages;  // 0: filtered rows take the one-block path; else 4 | 1 (top-k stages
                     // launched) | 2 (top-p stages launched)
 };

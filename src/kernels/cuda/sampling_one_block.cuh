@@ -137,7 +137,8 @@ __device__ void sample_row_full(
     const float* __restrict__ top_p, const int32_t* __restrict__ top_k, const float* __restrict__ min_p,
     const int64_t* __restrict__ rng_key, const int64_t* __restrict__ rng_pos, const int32_t* __restrict__ banned,
     int nb, int32_t* __restrict__ tokens, float* __restrict__ lp_raw, float* __restrict__ lp_proc,
-    int32_t* __restrict__ top_ids, float* __restrict__ top_lps, int n_top, bool top_processed) {
+    int32_t* __restrict__ top_ids, float* __restrict__ top_lps, int n_top, bool top_processed,
+    float* __restrict__ probs) {
   const float* z = logits + r * V;
   const int32_t* bl = banned ? banned + r * nb : nullptr;
   if (bl && nb <= kBannedSmem) {
@@ -261,6 +262,13 @@ __device__ void sample_row_full(
       [&](double tot) { return double(u) * tot; }, true, sh, &S, &last_kept);
   const int64_t t = t_raw > 0.f ? (f >= 0 ? f : last_kept) : int64_t(best);
   const double log_S = log(S);
+  if (probs) {
+    float* pr = probs + r * V;
+    for (int64_t i = threadIdx.x; i < V; i += kThreads) {
+      const float y = yv(i);
+      pr[i] = kept(i, y) ? float(double(qv(y)) / S) : 0.f;
+    }
+  }
   if (threadIdx.x == 0) {
     tokens[r] = int32_t(t);
     lp_raw[r] = float(double(z[t]) - lse0);

@@ -160,7 +160,8 @@ __global__ void __launch_bounds__(kThreads) sample_finish_kernel(SplitArgs a, co
   if (!split || row_filtered(r, a.top_p, a.top_k, a.min_p, a.n_top)) {
     if (split && filt_split_row(a, r)) return;  // the filtered split path's kernels write this row
     sample_row_full(r, sh, a.logits, a.V, a.temperature, a.top_p, a.top_k, a.min_p, a.rng_key, a.rng_pos, a.banned,
-                    a.nb, a.tokens, a.lp_raw, a.lp_proc, a.top_ids, a.top_lps, a.n_top, a.top_processed);
+                    a.nb, a.tokens, a.lp_raw, a.lp_proc, a.top_ids, a.top_lps, a.n_top, a.top_processed,
+                    a.probs);
     return;
   }
   const int n = a.n_chunks;  // <= kMaxParts (host)
