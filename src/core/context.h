@@ -28,7 +28,6 @@ class Context {
   Context& operator=(const Context&) = delete;
 
   Device device() const { return opt_.device; }
-  int cuda_device() const { return opt_.cuda_device; }
   bool deterministic() const { return opt_.deterministic; }
   int n_threads() const;
   // Runs fn(begin, end) over [0, n) split into chunks across the pool. Blocks.

@@ -29,4 +29,12 @@ void device_mark_wait(const DeviceMark& mark) {
 #endif
 }
 
+int device_current_cuda() {
+#ifdef GRPO_HAVE_CUDA
+  int d = 0;
+  if (cudaGetDevice(&d) == cudaSuccess) return d;
+#endif
+  return 0;
+}
+
 }  // namespace grpo

@@ -15,5 +15,7 @@ using DeviceMark = std::shared_ptr<void>;
 DeviceMark device_mark(Context& ctx);
 // Blocks the calling thread until the work before the mark has finished.
 void device_mark_wait(const DeviceMark& mark);
+// The calling thread's current CUDA device (a context made current on it sets it); 0 without CUDA.
+int device_current_cuda();
 
 }  // namespace grpo

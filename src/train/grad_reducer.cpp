@@ -23,7 +23,8 @@ GradReducer::GradReducer(Context& ctx, Communicator& comm, int64_t bucket_elems)
   if (ctx.device() == Device::cuda) {
     ContextOptions o;
     o.device = Device::cuda;
-    o.cuda_device = ctx.cuda_device();
+    ctx.make_current();
+    o.cuda_device = device_current_cuda();
     o.n_threads = 1;
     o.workspace_bytes = size_t(1) << 20;  // collectives need no GEMM workspace
     comm_ctx_ = std::make_unique<Context>(o);
