@@ -38,6 +38,8 @@
 #include "model/presets.h"
 #include "model/train_model.h"
 #include "train/loop_async.h"
+#include "dist/bootstrap.h"
+#include "train/data_parallel.h"
 #include "train/loop_setup.h"
 #include "train/optimizer.h"
 #include "train/train_step.h"
@@ -79,7 +81,7 @@ double metric_of(const MetricList& m, const std::string& name) {
 
 // The loop's step from a run config: what `grpo train CONFIG` runs, without its logging.
 int run_config_bench(const std::string& config_path, const std::vector<std::string>& sets, int steps,
-                     const std::string& out_dir) {
+                     const std::string& out_dir, bool dist) {
   auto cfg = run_config_load(config_path, sets);
   if (!cfg.ok()) {
     std::fprintf(stderr, "bench_grpo: %s\n", cfg.status().message().c_str());
@@ -89,6 +91,25 @@ int run_config_bench(const std::string& config_path, const std::vector<std::stri
   cfg->train.steps = std::max<int64_t>(cfg->train.steps, steps);
   TrainLoopOptions lo;
   lo.out_dir = cfg->run.output_dir + "-bench";
+  // --dist: the data-parallel path (communicator, bucketed all-reduce, [dist] zero_stage)
+  // at whatever world size mpirun gives, to measure its cost against the plain step.
+  std::unique_ptr<Communicator> comm;
+  if (dist) {
+    DistLaunch dl;
+    dl.kind = LaunchKind::mpi;
+    dl.timeout_s = cfg->dist.timeout_s;
+    auto c = dist_init(dl, cfg->model.device == "cpu" ? Device::cpu : Device::cuda);
+    if (!c.ok()) {
+      std::fprintf(stderr, "bench_grpo: %s\n", c.status().message().c_str());
+      return 1;
+    }
+    comm = std::move(c).value();
+    if (comm->size() != 1) {
+      std::fprintf(stderr, "bench_grpo: --dist measures world size 1 (mpirun -np 1); got %d ranks\n", comm->size());
+      return 1;
+    }
+    lo.comm = comm.get();
+  }
   std::error_code ec;
   std::filesystem::remove_all(lo.out_dir, ec);  // loop_setup refuses a directory that holds checkpoints
   auto setup = loop_setup(cfg.value(), lo);
@@ -97,6 +118,12 @@ int run_config_bench(const std::string& config_path, const std::vector<std::stri
     return 1;
   }
   LoopRun& r = *setup.value();
+  DataParallel dp;
+  if (comm) {
+    loop_setup_data_parallel(r, *comm, dp, 0);
+    std::printf("dist: %s backend, world size %d, zero_stage %d, overlap %s\n", comm->backend(), comm->size(),
+                dp.zero_stage, dp.reducer ? "on" : "off");
+  }
   const EngineOptions& eo = r.engine->options();
   std::printf("engine: %d KV blocks of %d (%.2f GiB), max_num_seqs %d, max_num_batched_tokens %d, cuda graphs %s\n",
               r.engine->n_kv_blocks(), eo.block_size,
@@ -140,7 +167,9 @@ int run_config_bench(const std::string& config_path, const std::vector<std::stri
     last = {{"generated_tokens", gen}, {"rollout_tokens_per_s", gen / (t1 - t0)},
             {"prefix_hit_tokens", metric_of(b->metrics, "rollout/prefix_hit_tokens")},
             {"logprob_mismatch_max", metric_of(tm.value(), "logprob_mismatch/max")},
-            {"grad_norm", metric_of(tm.value(), "grad_norm")}};
+            {"grad_norm", metric_of(tm.value(), "grad_norm")},
+            {"allreduce_s", metric_of(tm.value(), "time/allreduce")},
+            {"allreduce_exposed_s", metric_of(tm.value(), "time/allreduce_exposed")}};
   }
   // The first step pays one-time costs (trainer buffers, allocator warm-up): report the mean of the others.
   auto mean_after_first = [](const std::vector<double>& v) {
@@ -155,8 +184,9 @@ int run_config_bench(const std::string& config_path, const std::vector<std::stri
   last["first_step_s"] = step_s.empty() ? 0.0 : step_s[0];
   std::printf("mean of steps 1..%d: step %.3f s (rollout %.3f s, train %.3f s)\n", steps - 1,
               last["seconds"].get<double>(), last["rollout_s"].get<double>(), last["train_s"].get<double>());
-  const std::string stem = std::filesystem::path(config_path).stem().string();
-  std::string cmdline = "bench_grpo --config " + config_path;
+  const std::string stem = std::filesystem::path(config_path).stem().string() + (dist ? "-dist" : "");
+  std::string cmdline = std::string(dist ? "mpirun -np 1 " : "") + "bench_grpo --config " + config_path +
+                        (dist ? " --dist" : "");
   for (const auto& x : sets) cmdline += " --set " + x;
   nlohmann::json conf = run_config_to_json(r.cfg);
   conf["engine_resolved"] = {{"n_kv_blocks", r.engine->n_kv_blocks()}, {"block_size", eo.block_size},
@@ -285,7 +315,7 @@ int main(int argc, char** argv) {
   bool recompute = false, graphs = true;
   std::string config_path;
   std::vector<std::string> sets;
-  bool steps_given = false;
+  bool steps_given = false, dist = false;
   int64_t async_k = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -299,6 +329,7 @@ int main(int argc, char** argv) {
     else if (a == "--micro-tokens") micro_tokens = std::stoi(next());
     else if (a == "--steps") steps = std::stoi(next()), steps_given = true;
     else if (a == "--config") config_path = next();
+    else if (a == "--dist") dist = true;
     else if (a == "--set") sets.push_back(next());
     else if (a == "--async") async_k = std::stoll(next());
     else if (a == "--kv-gb") kv_gb = std::stod(next());
@@ -310,7 +341,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "usage: bench_grpo [--preset P] [--device cuda|cpu] [--prompts B] [--group G] "
                            "[--prompt-len P] [--new N] [--micro-tokens T] [--steps S] [--kv-gb G] "
                            "[--kv-cache-dtype auto|fp8] [--recompute] [--no-graphs]\n"
-                           "       bench_grpo --config RUN.toml [--set key=value ...] [--steps S] [--async K] [--out-dir DIR]\n");
+                           "       bench_grpo --config RUN.toml [--set key=value ...] [--steps S] [--async K] [--out-dir DIR] "
+                           "[--dist (under mpirun -np 1)]\n");
       return 2;
     }
   }
@@ -319,8 +351,12 @@ int main(int argc, char** argv) {
                          "with the synchronous loop)\n", (long long)async_k);
     return 2;
   }
+  if (async_k > 0 && dist) {
+    std::fprintf(stderr, "bench_grpo: --async and --dist cannot be combined ([async] runs on one rank)\n");
+    return 2;
+  }
   if (async_k > 0) return async_config_bench(config_path, sets, steps_given ? steps : 4, async_k, out_dir);
-  if (!config_path.empty()) return run_config_bench(config_path, sets, steps_given ? steps : 0, out_dir);
+  if (!config_path.empty()) return run_config_bench(config_path, sets, steps_given ? steps : 0, out_dir, dist);
   auto cfg = preset_config(preset);
   if (!cfg.ok()) {
     std::fprintf(stderr, "bench_grpo: %s\n", cfg.status().message().c_str());

@@ -48,6 +48,10 @@ class Communicator {
   virtual Status broadcast(Context& ctx, Tensor& t, int root) = 0;
   // Waits until every rank arrives.
   virtual Status barrier() = 0;
+  // Whether collectives may be called from a thread other than the one that
+  // created the communicator (one thread at a time): the gradient all-reduce
+  // overlapped with the backward runs them on its own thread when this holds.
+  virtual bool any_thread() const { return true; }
 };
 
 // World size 1: every collective is the identity.

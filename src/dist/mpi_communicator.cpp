@@ -27,6 +27,9 @@ class MpiCommunicator final : public Communicator {
   MpiCommunicator() {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    serialized_ = level >= MPI_THREAD_SERIALIZED;
   }
   ~MpiCommunicator() override {
     int fin = 0;
@@ -123,6 +126,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   Status barrier() override { return mpi_status(MPI_Barrier(MPI_COMM_WORLD), "barrier"); }
+  bool any_thread() const override { return serialized_; }
 
  private:
   // Every rank's element range [b[r], b[r+1]) of `data` (elements of `es` bytes) to every rank.
@@ -140,6 +144,7 @@ class MpiCommunicator final : public Communicator {
                       what);
   }
   int rank_ = 0, size_ = 1;
+  bool serialized_ = false;
 };
 
 }  // namespace
@@ -153,7 +158,9 @@ bool mpi_is_initialized() {
 std::unique_ptr<Communicator> communicator_mpi_create(int* rank, int* world, int* local_rank) {
   if (!mpi_is_initialized()) {
     int provided = 0;
-    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    // SERIALIZED: the overlapped gradient all-reduce calls MPI from its own thread
+    // while the main thread waits; with less, it runs on the main thread instead.
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
   }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
   auto c = std::make_unique<MpiCommunicator>();

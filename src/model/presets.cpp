@@ -54,6 +54,28 @@ json preset_json(const std::string& n) {
               {"original_max_position_embeddings", 8192}}},
             {"rms_norm_eps", 1e-5}, {"tie_word_embeddings", true}, {"bos_token_id", 128000}, {"eos_token_id", 128001}};
   }
+  // The 8B shapes of the ZeRO-1 memory table (docs/distributed.md): Qwen3-8B's and
+  // Llama-3.1-8B's published config.json values.
+  if (n == "qwen3-8b") {
+    return {{"architectures", {"Qwen3ForCausalLM"}}, {"model_type", "qwen3"}, {"hidden_act", "silu"},
+            {"attention_bias", false}, {"attention_dropout", 0.0}, {"initializer_range", 0.02}, {"use_cache", true},
+            {"hidden_size", 4096}, {"intermediate_size", 12288}, {"num_hidden_layers", 36}, {"max_window_layers", 36},
+            {"num_attention_heads", 32}, {"num_key_value_heads", 8}, {"head_dim", 128}, {"vocab_size", 151936},
+            {"max_position_embeddings", 40960}, {"rope_theta", 1000000.0}, {"rope_scaling", nullptr},
+            {"rms_norm_eps", 1e-6}, {"sliding_window", nullptr}, {"use_sliding_window", false},
+            {"tie_word_embeddings", false}, {"bos_token_id", 151643}, {"eos_token_id", 151645}};
+  }
+  if (n == "llama-3.1-8b") {
+    return {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"hidden_act", "silu"},
+            {"attention_bias", false}, {"attention_dropout", 0.0}, {"mlp_bias", false}, {"pretraining_tp", 1},
+            {"initializer_range", 0.02}, {"use_cache", true}, {"hidden_size", 4096}, {"intermediate_size", 14336},
+            {"num_hidden_layers", 32}, {"num_attention_heads", 32}, {"num_key_value_heads", 8},
+            {"vocab_size", 128256}, {"max_position_embeddings", 131072}, {"rope_theta", 500000.0},
+            {"rope_scaling",
+             {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+              {"original_max_position_embeddings", 8192}}},
+            {"rms_norm_eps", 1e-5}, {"tie_word_embeddings", false}, {"bos_token_id", 128000}, {"eos_token_id", 128001}};
+  }
   // Tiny test models: C=64, L=2, 4 heads of 16, 2 KV heads, F=128, V=512. Each
   // exercises its architecture's distinguishing feature (bias, qk-norm, untied
   // head, llama3 rope scaling, sliding_window key).
@@ -134,7 +156,7 @@ void fill_normal(float* out, int64_t n, float stddev, uint64_t seed) {
 
 std::vector<std::string> preset_names() {
   return {"tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen3-0.6b",
-          "llama-3.2-1b"};
+          "llama-3.2-1b", "qwen3-8b", "llama-3.1-8b"};
 }
 
 std::string preset_tokenizer_subdir(const std::string& name) { return name.rfind("qwen", 0) == 0 ? "qwen2" : ""; }

@@ -23,7 +23,7 @@ struct PresetOverrides {
 };
 
 // "tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-mistral", "qwen2.5-0.5b",
-// "qwen2.5-1.5b", "qwen3-0.6b", "llama-3.2-1b".
+// "qwen2.5-1.5b", "qwen3-0.6b", "llama-3.2-1b", "qwen3-8b", "llama-3.1-8b".
 std::vector<std::string> preset_names();
 Result<ModelConfig> preset_config(const std::string& name, const PresetOverrides& ov = {});
 // Sub-folder of shared/data/tokenizers whose files the preset ships by default

@@ -342,7 +342,7 @@ void train_model_forward(Context& ctx, TrainModel& m, const ModelWeights& w, con
 }
 
 void train_model_backward(Context& ctx, TrainModel& m, const ModelWeights& w, const TrainBatch& b,
-                          const Tensor& dlogp, ModelWeights& grads) {
+                          const Tensor& dlogp, ModelWeights& grads, const std::function<void(int)>& layer_done) {
   const ModelConfig& c = w.config;
   TrainState& st = *m.state;
   GRPO_CHECK_MSG(st.kept && st.kept_weights == w.arena.data && st.kept_tokens == b.n_tokens,
@@ -364,6 +364,7 @@ void train_model_backward(Context& ctx, TrainModel& m, const ModelWeights& w, co
                           m.opt.temperature);
   gather_rows_backward(ctx, dxf, dh, b.rows);
   rmsnorm_backward(ctx, dx, frozen ? nullptr : &grads.final_norm, dxf, st.x[size_t(Ln)], w.final_norm, st.rstd_f_t);
+  if (layer_done) layer_done(Ln);  // a tied lm_head wrote into embed, which is final only at the end
 
   Tensor qkv = st.qkv.get(dev, dt, {T, int64_t(c.qkv_dim())});
   for (int l = Ln - 1; l >= 0; --l) {
@@ -375,8 +376,10 @@ void train_model_backward(Context& ctx, TrainModel& m, const ModelWeights& w, co
       a = &st.acts[size_t(l)];
     layer_backward(ctx, st, m, c, l, L, frozen ? nullptr : &grads.layers[size_t(l)], st.rope, b, st.x[size_t(l)], *a,
                    dx);
+    if (layer_done) layer_done(l);
   }
   if (!frozen) embedding_backward(ctx, grads.embed, dx, b.tokens);
+  if (layer_done) layer_done(-1);
   st.kept = false;  // recompute overwrote kept values and a second backward would double-count
 }
 

@@ -13,6 +13,7 @@
 // old logprobs (keep_for_backward = false) before the forward that backward follows.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -89,8 +90,13 @@ void train_model_forward(Context& ctx, TrainModel& m, const ModelWeights& w, con
 // w and b): dlogp (T') f32 -> parameter gradients added into `grads` (f32,
 // bound with weights_bind over a gradient arena of w's config), or into
 // *m.lora_grads only when that is set (see TrainModel).
+// layer_done, when set, is called on the host as soon as this backward has
+// enqueued its last write to a part of the gradients: n_layers after the LM
+// head and final norm, l after layer l, -1 after the embedding (everything).
+// Data parallelism starts the all-reduce of finished buckets from it.
 void train_model_backward(Context& ctx, TrainModel& m, const ModelWeights& w, const TrainBatch& b,
-                          const Tensor& dlogp, ModelWeights& grads);
+                          const Tensor& dlogp, ModelWeights& grads,
+                          const std::function<void(int)>& layer_done = {});
 
 
 // Activation memory of a forward kept for backward, for T tokens (sizing budgets).

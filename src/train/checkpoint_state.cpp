@@ -188,6 +188,14 @@ Result<std::string> checkpoint_save(Context& ctx, const std::string& out_dir, co
   return final_dir.string();
 }
 
+namespace {
+Tensor flat_slice(const Tensor& t, int64_t off, int64_t n) {
+  Tensor v = tensor_borrow(static_cast<char*>(t.data) + size_t(off) * dtype_size(t.dtype), t.dtype, t.device, {n});
+  v.owner = t.owner;
+  return v;
+}
+}  // namespace
+
 Result<TrainerState> checkpoint_load(Context& ctx, const std::string& dir, ModelWeights& w, Optimizer& opt) {
   const std::string state_path = (fs::path(dir) / kStateFile).string();
   GRPO_ASSIGN_OR_RETURN(std::string text, read_file(state_path));
@@ -197,24 +205,47 @@ Result<TrainerState> checkpoint_load(Context& ctx, const std::string& dir, Model
 
   const std::string optim_path = (fs::path(dir) / kOptimFile).string();
   GRPO_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::open(optim_path));
-  const int64_t n = opt.master.numel();
-  auto load = [&](const char* name, Tensor& dst) -> Status {
+  const int64_t n = optimizer_numel(opt), lo = opt.state_offset;
+  Tensor& params = optimizer_param_arena(opt, w);
+  const bool alias = params.data == opt.master.data;
+  auto get = [&](const char* name) -> Result<Tensor> {
     GRPO_ASSIGN_OR_RETURN(Tensor t, f.tensor(name));
     if (t.dtype != DType::f32 || t.numel() != n)
       return error_status(optim_path + ": tensor \"" + name + "\" is " + t.shape_str() + ", expected (" +
                           std::to_string(n) + ") f32: the checkpoint belongs to a different model");
-    tensor_copy(dst, t);
+    return t;
+  };
+  // A ZeRO-1 shard reads only its range: the file always holds the full state, so
+  // any number of ranks can resume from it.
+  auto load = [&](const char* name, Tensor& dst, int64_t off) -> Status {
+    GRPO_ASSIGN_OR_RETURN(Tensor t, get(name));
+    tensor_copy(dst, flat_slice(t, off, dst.numel()));
     return ok_status();
   };
-  GRPO_TRY(load("master", opt.master));
-  GRPO_TRY(load("exp_avg", opt.m));
-  GRPO_TRY(load("exp_avg_sq", opt.v));
+  GRPO_TRY(load("master", opt.master, alias ? 0 : lo));
+  GRPO_TRY(load("exp_avg", opt.m, lo));
+  GRPO_TRY(load("exp_avg_sq", opt.v, lo));
   auto it = f.metadata().find("step");
   if (it == f.metadata().end()) return error_status(optim_path + ": metadata has no optimizer \"step\"");
   opt.step = std::stoll(it->second);
   // The compute copy is the rounding of the master weights, exactly what optimizer_step writes.
-  Tensor& params = optimizer_param_arena(opt, w);
-  if (params.data != opt.master.data) cast(ctx, params, opt.master);
+  if (!alias && !optimizer_is_sharded(opt)) {
+    cast(ctx, params, opt.master);
+  } else if (!alias) {
+    // A shard holds only part of the master: round the file's full master through a
+    // bounded staging buffer rather than a full-size f32 copy on the device.
+    GRPO_ASSIGN_OR_RETURN(Tensor fm, get("master"));
+    const int64_t chunk = std::min<int64_t>(n, int64_t(1) << 24);
+    Tensor stage = tensor_empty(params.device, DType::f32, {chunk});
+    for (int64_t c0 = 0; c0 < n; c0 += chunk) {
+      const int64_t len = std::min(chunk, n - c0);
+      Tensor st = flat_slice(stage, 0, len);
+      tensor_copy(st, flat_slice(fm, c0, len));
+      Tensor dst = flat_slice(params, c0, len);
+      cast(ctx, dst, st);
+      ctx.synchronize();  // the staging buffer is refilled next
+    }
+  }
   ctx.synchronize();
   optimizer_zero_grad(ctx, opt);
   return s;

@@ -25,15 +25,6 @@ bool ends_with(const std::string& s, const char* p) {
   return s.size() >= q.size() && s.compare(s.size() - q.size(), q.size(), q) == 0;
 }
 
-// A full-length f32 arena holding this rank's shard at its offset, then every rank's.
-Tensor gather_shard(Context& ctx, const Tensor& shard, const DataParallel& dp, int64_t n, Status* st) {
-  Tensor full = tensor_zeros(shard.device, DType::f32, {n});
-  Tensor dst = slice_of(full, dp.shard_begin(), dp.shard_end() - dp.shard_begin());
-  tensor_copy(dst, shard);
-  if (st->ok()) *st = dp.comm->all_gather_ranges(ctx, full, dp.shard);
-  return full;
-}
-
 // The tensor the optimizer steps: the adapters' arena in LoRA training, else the weights'.
 const Tensor& param_arena(const Optimizer& opt, const ModelWeights& params) {
   return opt.adapters ? opt.adapters->arena : params.arena;
@@ -51,24 +42,17 @@ Status dp_all_reduce_grads(Context& ctx, Optimizer& opt, const DataParallel& dp)
   return ok_status();
 }
 
-void optimizer_shard(Optimizer& opt, const ModelWeights& params, DataParallel& dp) {
-  const int64_t n = opt.grad_arena.numel();
-  dp.shard = split_even(n, dp.size());
-  const int64_t lo = dp.shard_begin(), len = dp.shard_end() - lo;
-  auto keep = [&](Tensor& full) {
-    GRPO_CHECK(full.numel() == n);
-    Tensor s = tensor_empty(full.device, DType::f32, {len});
-    tensor_copy(s, slice_of(full, lo, len));
-    full = s;  // the full-length buffer is freed with its last owner
-  };
-  keep(opt.m);
-  keep(opt.v);
-  if (opt.master.data != param_arena(opt, params).data) keep(opt.master);
+std::vector<int64_t> zero1_shards(int64_t n, int world) { return split_even(n, world); }
+
+void dp_adopt_shard(const Optimizer& opt, DataParallel& dp) {
+  dp.shard = zero1_shards(optimizer_numel(opt), dp.size());
+  GRPO_CHECK_MSG(opt.state_offset == dp.shard_begin() && opt.m.numel() == dp.shard_end() - dp.shard_begin(),
+                 "ZeRO-1: the optimizer was not created over this rank's shard (optimizer_create with zero1_shards)");
 }
 
 Result<OptimStepStats> dp_optimizer_step(Context& ctx, Optimizer& opt, ModelWeights& params, double lr,
-                                         const DataParallel& dp) {
-  GRPO_TRY(dp_all_reduce_grads(ctx, opt, dp));
+                                         const DataParallel& dp, bool grads_reduced) {
+  if (!grads_reduced) GRPO_TRY(dp_all_reduce_grads(ctx, opt, dp));
   if (dp.zero_stage == 0) return optimizer_step(ctx, opt, params, lr);
   const int64_t lo = dp.shard_begin(), hi = dp.shard_end();
   GRPO_CHECK_MSG(opt.m.numel() == hi - lo, "ZeRO-1 step on an optimizer that was not sharded");
@@ -105,20 +89,46 @@ Result<OptimStepStats> dp_optimizer_step(Context& ctx, Optimizer& opt, ModelWeig
   return st;
 }
 
-Optimizer optimizer_gather_full(Context& ctx, const Optimizer& opt, const ModelWeights& params,
-                                const DataParallel& dp, Status* st) {
+Optimizer optimizer_gather_for_checkpoint(Context& ctx, const Optimizer& opt, const ModelWeights& params,
+                                          const DataParallel& dp, Status* st) {
   *st = ok_status();
-  const int64_t n = opt.grad_arena.numel();
+  const int64_t n = optimizer_numel(opt);
+  const bool lead = dp.rank() == 0;
   Optimizer full;
   full.cfg = opt.cfg;
   full.slots = opt.slots;
   full.step = opt.step;
   full.adapters = opt.adapters;  // LoRA: the checkpoint holds the adapters (full.master)
-  full.m = gather_shard(ctx, opt.m, dp, n, st);
-  full.v = gather_shard(ctx, opt.v, dp, n, st);
+  // Chunk by chunk through one bounded device buffer, so that no rank ever holds a
+  // full-length copy of the state on the device; rank 0 assembles host copies.
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(n, int64_t(1) << 24));
+  Tensor buf = tensor_empty(opt.m.device, DType::f32, {chunk});
+  const int64_t lo = dp.shard_begin(), hi = dp.shard_end();
+  auto gather = [&](const Tensor& shard) -> Tensor {
+    Tensor host = lead ? tensor_empty(Device::cpu, DType::f32, {n}) : Tensor{};
+    for (int64_t c0 = 0; c0 < n && st->ok(); c0 += chunk) {
+      const int64_t c1 = std::min(n, c0 + chunk);
+      std::vector<int64_t> b(dp.shard.size());
+      for (size_t r = 0; r < b.size(); ++r) b[r] = std::clamp(dp.shard[r], c0, c1) - c0;
+      const int64_t a0 = std::clamp(lo, c0, c1), a1 = std::clamp(hi, c0, c1);
+      if (a1 > a0) {
+        Tensor dst = slice_of(buf, a0 - c0, a1 - a0);
+        tensor_copy(dst, slice_of(shard, a0 - lo, a1 - a0));
+      }
+      Tensor view = slice_of(buf, 0, c1 - c0);
+      *st = dp.comm->all_gather_ranges(ctx, view, b);
+      ctx.synchronize();
+      if (lead && st->ok()) {
+        Tensor dst = slice_of(host, c0, c1 - c0);
+        tensor_copy(dst, view);
+      }
+    }
+    return host;
+  };
+  full.m = gather(opt.m);
+  full.v = gather(opt.v);
   const Tensor& arena = param_arena(opt, params);
-  full.master = opt.master.data == arena.data ? arena : gather_shard(ctx, opt.master, dp, n, st);
-  ctx.synchronize();
+  full.master = opt.master.data == arena.data ? arena : gather(opt.master);
   return full;
 }
 

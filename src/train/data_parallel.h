@@ -12,9 +12,11 @@
 // taken over the full reduced gradient, which every rank holds.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "dist/communicator.h"
+#include "train/grad_reducer.h"
 #include "train/metrics_writer.h"
 #include "train/optimizer.h"
 
@@ -25,6 +27,9 @@ struct DataParallel {
   int zero_stage = 0;
   int64_t bucket_elems = int64_t(25) << 18;  // 25 MiB of f32 per all-reduce call
   std::vector<int64_t> shard;                // ZeRO-1: size()+1 element bounds over the arena
+  // dist.overlap_backward: buckets all-reduced during the backward (full-model
+  // training; LoRA's small adapter gradients are reduced after it).
+  std::shared_ptr<GradReducer> reducer;
   int rank() const { return comm ? comm->rank() : 0; }
   int size() const { return comm ? comm->size() : 1; }
   int64_t shard_begin() const { return shard[size_t(rank())]; }
@@ -36,19 +41,22 @@ Status dp_all_reduce_grads(Context& ctx, Optimizer& opt, const DataParallel& dp)
 
 // Gradient all-reduce, then the AdamW step: the full step on every rank
 // (zero_stage 0), or this rank's shard followed by the all-gather of the
-// updated weights (zero_stage 1; opt must have been sharded).
+// updated weights (zero_stage 1; opt must have been sharded). grads_reduced:
+// the caller has all-reduced them already (GradReducer, or timed by itself).
 Result<OptimStepStats> dp_optimizer_step(Context& ctx, Optimizer& opt, ModelWeights& params, double lr,
-                                         const DataParallel& dp);
+                                         const DataParallel& dp, bool grads_reduced = false);
 
-// ZeRO-1: replaces opt.m, opt.v (and opt.master when it is a separate f32
-// copy) by this rank's range [shard_begin, shard_end) of them; with f32
-// parameters the master stays the parameter arena itself. Sets dp.shard.
-void optimizer_shard(Optimizer& opt, const ModelWeights& params, DataParallel& dp);
+// ZeRO-1: the element bounds (world+1) of each rank's shard of an n-element
+// arena; optimizer_create(..., b[rank], b[rank+1]) allocates only that shard.
+std::vector<int64_t> zero1_shards(int64_t n, int world);
+// ZeRO-1: sets dp.shard from an optimizer created over this rank's shard.
+void dp_adopt_shard(const Optimizer& opt, DataParallel& dp);
 
-// ZeRO-1, collective: full master / m / v assembled from every rank's shard
-// (on every rank: the checkpoint writer needs them, the others drop them).
-Optimizer optimizer_gather_full(Context& ctx, const Optimizer& opt, const ModelWeights& params,
-                                const DataParallel& dp, Status* st);
+// ZeRO-1, collective: the full master / m / v assembled from every rank's
+// shard as host tensors on rank 0 (other ranks get empty tensors), for the
+// checkpoint writer. Moves through one bounded device buffer.
+Optimizer optimizer_gather_for_checkpoint(Context& ctx, const Optimizer& opt, const ModelWeights& params,
+                                          const DataParallel& dp, Status* st);
 
 // Step metrics over ranks: sums for totals ("loss", token counts,
 // throughputs, "train/micro_batches"), max for maxima and times, min for

@@ -189,15 +189,7 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
   }
   DataParallel dp;
   std::vector<int64_t> prompt_split = split_even(cfg.rollout.prompts_per_step, n_ranks);
-  if (comm) {
-    dp.comm = comm;
-    dp.zero_stage = int(cfg.dist.zero_stage);
-    dp.bucket_elems = std::max<int64_t>(1, int64_t(cfg.dist.bucket_mb * 1048576.0 / 4.0));
-    if (dp.zero_stage == 1) optimizer_shard(r.trainer.opt, *r.weights, dp);
-    r.trainer.dp = &dp;
-    r.rollout_cfg.request_offset = prompt_split[size_t(rank)];
-    r.rollout_cfg.comm = comm;
-  }
+  if (comm) loop_setup_data_parallel(r, *comm, dp, prompt_split[size_t(rank)]);
   const std::vector<int64_t> eval_split = split_even(int64_t(r.eval_prompts.size()), n_ranks);
   const std::vector<PreparedPrompt> eval_mine(r.eval_prompts.begin() + long(eval_split[size_t(rank)]),
                                               r.eval_prompts.begin() + long(eval_split[size_t(rank) + 1]));
@@ -244,7 +236,7 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     std::optional<Optimizer> full;
     if (dp.zero_stage == 1) {
       Status gs;
-      full.emplace(optimizer_gather_full(*r.ctx, r.trainer.opt, *r.weights, dp, &gs));
+      full.emplace(optimizer_gather_for_checkpoint(*r.ctx, r.trainer.opt, *r.weights, dp, &gs));
       GRPO_TRY(gs.with_context("gathering ZeRO-1 shards for the checkpoint at step " + std::to_string(st.step)));
     }
     if (!lead) return ok_status();

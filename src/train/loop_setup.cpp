@@ -1,5 +1,7 @@
 // Setup of a `grpo train` run (see loop_setup.h).
 #include "train/loop_setup.h"
+
+#include "train/data_parallel.h"
 #include "train/lora_setup.h"
 
 #include "dist/communicator.h"
@@ -241,6 +243,19 @@ static Status loop_setup_curriculum(LoopRun& r) {
   return ok_status();
 }
 
+void loop_setup_data_parallel(LoopRun& r, Communicator& comm, DataParallel& dp, int64_t request_offset) {
+  const RunConfig& cfg = r.cfg;
+  dp.comm = &comm;
+  dp.zero_stage = int(cfg.dist.zero_stage);
+  dp.bucket_elems = std::max<int64_t>(1, int64_t(cfg.dist.bucket_mb * 1048576.0 / 4.0));
+  if (dp.zero_stage == 1) dp_adopt_shard(r.trainer.opt, dp);
+  if (cfg.dist.overlap_backward && !cfg.lora.enabled)
+    dp.reducer = std::make_shared<GradReducer>(*r.ctx, comm, dp.bucket_elems);
+  r.trainer.dp = &dp;
+  r.rollout_cfg.request_offset = request_offset;
+  r.rollout_cfg.comm = &comm;
+}
+
 Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const TrainLoopOptions& opt) {
   auto run = std::make_unique<LoopRun>();
   LoopRun& r = *run;
@@ -318,6 +333,13 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   ac.decay_all = cfg.train.weight_decay_all;
   ac.max_grad_norm = float(cfg.train.max_grad_norm);
   GRPO_TRY(ac.validate());
+  // ZeRO-1: this rank's shard of the optimizer state is all it ever allocates.
+  const bool zero1 = opt.comm && cfg.dist.zero_stage == 1;
+  auto shard_of = [&](int64_t n) {
+    if (!zero1) return std::pair<int64_t, int64_t>(0, -1);
+    const std::vector<int64_t> b = zero1_shards(n, opt.comm->size());
+    return std::pair<int64_t, int64_t>(b[size_t(opt.comm->rank())], b[size_t(opt.comm->rank()) + 1]);
+  };
   if (cfg.lora.enabled) {
     GRPO_ASSIGN_OR_RETURN(LoraConfig lc, lora_config_from(cfg.lora, r.paths.model));
     if (cfg.lora.init_from.empty()) {
@@ -326,13 +348,15 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
       GRPO_ASSIGN_OR_RETURN(t.lora, lora_adapters_from(*r.weights, lc, cfg.lora.init_from));
     }
     t.model.lora = t.lora.get();
-    t.opt = optimizer_create_lora(*r.ctx, *t.lora, ac);
+    const auto [lo, hi] = shard_of(t.lora->arena.numel());
+    t.opt = optimizer_create_lora(*r.ctx, *t.lora, ac, lo, hi);
     const LoraMemory mem = lora_memory(r.weights->config, lc, r.weights->dtype);
     GRPO_LOG_INFO("lora: r=%d alpha=%g, %lld adapter parameters; parameter + optimizer memory %.1f MiB (full "
                   "fine-tuning: %.1f MiB)", lc.r, double(lc.alpha), (long long)mem.adapter_params,
                   double(mem.lora_bytes) / 1048576.0, double(mem.full_bytes) / 1048576.0);
   } else {
-    t.opt = optimizer_create(*r.ctx, *r.weights, ac);
+    const auto [lo, hi] = shard_of(r.weights->arena.numel());
+    t.opt = optimizer_create(*r.ctx, *r.weights, ac, lo, hi);
   }
   if (cfg.train.beta > 0 && !cfg.lora.enabled) {
     auto ref = model_load(r.paths.model, co.device, dt, r.ctx.get());

@@ -22,6 +22,8 @@
 
 namespace grpo {
 
+struct DataParallel;  // train/data_parallel.h
+
 struct LoopRun {
   RunConfig cfg;                        // with run.output_dir = the directory in use
   RunPaths paths;
@@ -57,6 +59,12 @@ struct LoopRun {
 };
 
 Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg, const TrainLoopOptions& opt);
+
+// Data parallel over `comm` for a set-up run: ZeRO-1 shard bounds (the optimizer
+// was created sharded when opt.comm was given to loop_setup), the overlapped
+// gradient all-reduce ([dist]), and this rank's first rollout request slot.
+// `dp` must outlive the run's use of r.trainer.
+void loop_setup_data_parallel(LoopRun& r, Communicator& comm, DataParallel& dp, int64_t request_offset);
 
 // Curves of the end-of-run plot present in the history, in a fixed order.
 std::vector<std::string> loop_plot_metrics(const MetricHistory& h);

@@ -123,6 +123,10 @@ Result<MetricList> policy_train_step(PolicyTrainer& t, RolloutBatch& batch, size
     m.emplace_back("is_ratio/capped_frac", g.is_capped_frac());
   }
   m.emplace_back("train/micro_batches", double(step.value().n_micro));
+  if (t.dp) {
+    m.emplace_back("time/allreduce", step.value().allreduce_s);
+    m.emplace_back("time/allreduce_exposed", step.value().allreduce_exposed_s);
+  }
   m.emplace_back("time/train", t1 - t0);
   m.emplace_back("train/tokens_per_s", t1 > t0 ? double(step.value().n_tokens) / (t1 - t0) : 0.0);
   return m;

@@ -38,7 +38,7 @@ namespace {
 // Slots, zeroed gradients and Adam state, and the master copy for the parameters
 // `named` (views of `arena`).
 Optimizer optimizer_over(Context& ctx, const Tensor& arena, const std::vector<std::pair<std::string, Tensor*>>& named,
-                         const AdamWConfig& cfg) {
+                         const AdamWConfig& cfg, int64_t lo, int64_t hi) {
   Optimizer o;
   o.cfg = cfg;
   const int64_t n = arena.numel();
@@ -52,28 +52,35 @@ Optimizer optimizer_over(Context& ctx, const Tensor& arena, const std::vector<st
     GRPO_CHECK(s.offset >= 0 && s.offset + s.numel <= n);
     o.slots.push_back(std::move(s));
   }
+  if (hi < 0) hi = n;
+  GRPO_CHECK_MSG(0 <= lo && lo <= hi && hi <= n, "optimizer shard outside the parameter arena");
   const Device dev = arena.device;
-  o.m = tensor_zeros(dev, DType::f32, {n});
-  o.v = tensor_zeros(dev, DType::f32, {n});
+  // Only the shard's state is ever allocated: the point of ZeRO-1 is a model whose
+  // full fp32 state does not fit one device.
+  o.state_offset = lo;
+  o.m = tensor_zeros(dev, DType::f32, {hi - lo});
+  o.v = tensor_zeros(dev, DType::f32, {hi - lo});
   o.grad_arena = tensor_zeros(dev, DType::f32, {n});
   if (arena.dtype == DType::f32) {
     o.master = arena;
   } else {
-    o.master = tensor_empty(dev, DType::f32, {n});
-    cast(ctx, o.master, arena);
+    o.master = tensor_empty(dev, DType::f32, {hi - lo});
+    cast(ctx, o.master, arena_slice(arena, lo, hi - lo));
   }
   return o;
 }
 }  // namespace
 
-Optimizer optimizer_create(Context& ctx, ModelWeights& params, const AdamWConfig& cfg) {
-  Optimizer o = optimizer_over(ctx, params.arena, params.params(), cfg);
+Optimizer optimizer_create(Context& ctx, ModelWeights& params, const AdamWConfig& cfg, int64_t shard_lo,
+                           int64_t shard_hi) {
+  Optimizer o = optimizer_over(ctx, params.arena, params.params(), cfg, shard_lo, shard_hi);
   weights_bind(o.grads, params.config, o.grad_arena);
   return o;
 }
 
-Optimizer optimizer_create_lora(Context& ctx, LoraWeights& adapters, const AdamWConfig& cfg) {
-  Optimizer o = optimizer_over(ctx, adapters.arena, adapters.params(), cfg);
+Optimizer optimizer_create_lora(Context& ctx, LoraWeights& adapters, const AdamWConfig& cfg, int64_t shard_lo,
+                                int64_t shard_hi) {
+  Optimizer o = optimizer_over(ctx, adapters.arena, adapters.params(), cfg, shard_lo, shard_hi);
   lora_bind(o.lora_grads, adapters.model, adapters.cfg, o.grad_arena);
   o.adapters = &adapters;
   return o;
@@ -90,6 +97,7 @@ void optimizer_zero_grad(Context& ctx, Optimizer& opt) {
 double grad_global_norm(Context& ctx, const Optimizer& opt) { return std::sqrt(sum_squares(ctx, opt.grad_arena)); }
 
 OptimStepStats optimizer_step(Context& ctx, Optimizer& opt, ModelWeights& params, double lr) {
+  GRPO_CHECK_MSG(!optimizer_is_sharded(opt), "optimizer_step on a ZeRO-1 shard: use dp_optimizer_step");
   OptimStepStats st;
   st.lr = lr;
   st.grad_norm = grad_global_norm(ctx, opt);

@@ -46,6 +46,9 @@ struct Optimizer {
   std::vector<ParamSlot> slots;  // every parameter, arena order
   Tensor master;                 // (n) f32; aliases the parameter arena when it is f32
   Tensor m, v;                   // (n) f32, zero-initialised
+  // ZeRO-1 (optimizer_create with a shard): m, v and a separate master hold only
+  // the arena elements [state_offset, state_offset + m.numel()); 0 and n otherwise.
+  int64_t state_offset = 0;
   Tensor grad_arena;             // (n) f32 gradients, accumulated by the backward
   ModelWeights grads;            // views of grad_arena with the weights' layout (tied lm_head = embed)
   int64_t step = 0;              // optimizer steps taken
@@ -65,16 +68,25 @@ struct OptimStepStats {
 };
 
 // Allocates grads/m/v (and the f32 master copy when params are not f32) on
-// the parameters' device, zeroed / copied from the parameters.
-Optimizer optimizer_create(Context& ctx, ModelWeights& params, const AdamWConfig& cfg);
+// the parameters' device, zeroed / copied from the parameters. A shard
+// [shard_lo, shard_hi) of the arena (ZeRO-1) limits m, v and the separate
+// master to those elements (the gradients stay full-length); shard_hi < 0 = all.
+Optimizer optimizer_create(Context& ctx, ModelWeights& params, const AdamWConfig& cfg, int64_t shard_lo = 0,
+                           int64_t shard_hi = -1);
 // The same over LoRA adapters only; `adapters` must outlive the optimizer.
-Optimizer optimizer_create_lora(Context& ctx, LoraWeights& adapters, const AdamWConfig& cfg);
+Optimizer optimizer_create_lora(Context& ctx, LoraWeights& adapters, const AdamWConfig& cfg, int64_t shard_lo = 0,
+                                int64_t shard_hi = -1);
+// Elements of the parameter arena (the length of grad_arena).
+inline int64_t optimizer_numel(const Optimizer& opt) { return opt.grad_arena.numel(); }
+// Whether m / v cover only a shard of the arena (ZeRO-1).
+inline bool optimizer_is_sharded(const Optimizer& opt) { return opt.m.numel() != opt.grad_arena.numel(); }
 // The tensor the optimizer steps: the adapters' arena in LoRA training, else params.arena.
 Tensor& optimizer_param_arena(Optimizer& opt, ModelWeights& params);
 void optimizer_zero_grad(Context& ctx, Optimizer& opt);
 double grad_global_norm(Context& ctx, const Optimizer& opt);
 // Clips, takes one AdamW step with learning rate `lr` (step counter +1 for bias
-// correction) and writes the parameters. Does not zero the gradients.
+// correction) and writes the parameters. Does not zero the gradients. Not for a
+// sharded optimizer (train/data_parallel.h steps those).
 OptimStepStats optimizer_step(Context& ctx, Optimizer& opt, ModelWeights& params, double lr);
 
 }  // namespace grpo

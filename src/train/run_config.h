@@ -239,6 +239,7 @@ struct DistSection {
   int64_t zero_stage = 0;   // 0: replicated optimizer; 1: fp32 master + AdamW moments sharded over ranks
   double bucket_mb = 25;    // gradient all-reduce bucket (MiB of f32 gradients)
   double timeout_s = 300;   // NCCL watchdog and rendezvous limit: a silent peer ends the run after this
+  bool overlap_backward = true;  // all-reduce gradient buckets during the backward, as layers finish
 };
 
 // [lora]: train LoRA adapters on a frozen base instead of every weight (docs/lora.md).

@@ -130,7 +130,7 @@ std::vector<Field> fields_of(RunConfig& c) {
       {"remote.max_wait", &c.remote.max_wait}, {"remote.wandb_group", &c.remote.wandb_group},
       {"remote.wandb_project", &c.remote.wandb_project},
       {"dist.zero_stage", &c.dist.zero_stage}, {"dist.bucket_mb", &c.dist.bucket_mb},
-      {"dist.timeout_s", &c.dist.timeout_s},
+      {"dist.timeout_s", &c.dist.timeout_s}, {"dist.overlap_backward", &c.dist.overlap_backward},
       {"lora.enabled", &c.lora.enabled}, {"lora.r", &c.lora.r}, {"lora.alpha", &c.lora.alpha},
       {"lora.dropout", &c.lora.dropout}, {"lora.use_rslora", &c.lora.use_rslora},
       {"lora.target_modules", &c.lora.target_modules}, {"lora.seed", &c.lora.seed},

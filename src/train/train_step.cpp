@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include <functional>
+
+#include "core/timer.h"
 #include "train/data_parallel.h"
 
 namespace grpo {
@@ -78,11 +81,13 @@ std::vector<float> forward_keep(Context& ctx, TrainModel& m, const ModelWeights&
 }
 
 void backward_host(Context& ctx, TrainModel& m, const ModelWeights& w, const TrainBatch& b,
-                   const std::vector<float>& dlogp, Optimizer& opt) {
+                   const std::vector<float>& dlogp, Optimizer& opt, GradReducer* reducer = nullptr) {
   Tensor d = tensor_from_f32(ctx.device(), DType::f32, dlogp, {int64_t(dlogp.size())});
   GRPO_CHECK_MSG(m.lora == opt.adapters, "train step: the TrainModel's LoRA adapters are not the optimizer's");
   m.lora_grads = opt.adapters ? &opt.lora_grads : nullptr;
-  train_model_backward(ctx, m, w, b, d, opt.grads);
+  std::function<void(int)> hook;
+  if (reducer) hook = [reducer](int l) { reducer->on_layer_done(l); };
+  train_model_backward(ctx, m, w, b, d, opt.grads, hook);
 }
 
 }  // namespace
@@ -129,7 +134,11 @@ Result<StepStats> grpo_train_step(Context& ctx, TrainModel& m, ModelWeights& w, 
     norm.dapo_num_items = std::max(1.0, grpo_count_loss_tokens(samples, so.loss.mask_truncated_completions));
   StepStats st;
   optimizer_zero_grad(ctx, opt);
+  // Gradients are final during the last micro-batch's backward: its layer hooks start the all-reduce.
+  GradReducer* reducer = so.dp && so.dp->reducer && !opt.adapters ? so.dp->reducer.get() : nullptr;
+  if (reducer) reducer->begin_step(opt);
   for (auto [b, e] : plan) {
+    const bool last = b == plan.back().first;
     GRPO_ASSIGN_OR_RETURN(TrainBatch tb, batch_of(ctx, samples, b, e, w.config.vocab_size));
     GRPO_ASSIGN_OR_RETURN(auto old, gather_field(samples, b, e, &GrpoSample::old_logp, "old_logp"));
     GRPO_ASSIGN_OR_RETURN(auto ref, gather_field(samples, b, e, &GrpoSample::ref_logp, "ref_logp"));
@@ -157,13 +166,24 @@ Result<StepStats> grpo_train_step(Context& ctx, TrainModel& m, ModelWeights& w, 
     in.entropy = ent;
     GRPO_TRY(grpo_loss_check(so.loss, in));
     GrpoLossOutput out = grpo_loss(so.loss, in, norm);
-    backward_host(ctx, m, w, tb, out.dlogp, opt);
+    backward_host(ctx, m, w, tb, out.dlogp, opt, last ? reducer : nullptr);
     st.metrics.merge(out.metrics);
     st.n_micro += 1;
     st.n_tokens += tb.n_tokens;
   }
   if (so.dp) {
-    GRPO_ASSIGN_OR_RETURN(st.optim, dp_optimizer_step(ctx, opt, w, lr, *so.dp));
+    if (reducer) {
+      GRPO_TRY(reducer->finish());
+      st.allreduce_s = reducer->busy_s();
+      st.allreduce_exposed_s = reducer->exposed_s();
+    } else {
+      ctx.synchronize();
+      const double t0 = now_seconds();
+      GRPO_TRY(dp_all_reduce_grads(ctx, opt, *so.dp));
+      ctx.synchronize();
+      st.allreduce_s = st.allreduce_exposed_s = now_seconds() - t0;
+    }
+    GRPO_ASSIGN_OR_RETURN(st.optim, dp_optimizer_step(ctx, opt, w, lr, *so.dp, true));
   } else {
     st.optim = optimizer_step(ctx, opt, w, lr);
   }

@@ -66,6 +66,9 @@ struct StepStats {
   OptimStepStats optim;
   int n_micro = 0;
   int64_t n_tokens = 0;   // packed tokens processed
+  // Data parallel: seconds inside the gradient all-reduce, and the part of them
+  // the step waited for after the backward (all of it without overlap).
+  double allreduce_s = 0, allreduce_exposed_s = 0;
 };
 
 // Zeroes the gradients, accumulates all micro-batches, steps the optimizer with `lr`.
