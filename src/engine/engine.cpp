@@ -359,15 +359,23 @@ RequestOutput Engine::finish_output(Sequence& s, FinishReason reason, double now
 
 Result<std::vector<RequestOutput>> Engine::generate(const std::vector<std::vector<int32_t>>& prompts,
                                                     const SamplingParams& params) {
+  return generate(prompts, std::vector<SamplingParams>(prompts.size(), params));
+}
+
+Result<std::vector<RequestOutput>> Engine::generate(const std::vector<std::vector<int32_t>>& prompts,
+                                                    const std::vector<SamplingParams>& params) {
+  GRPO_CHECK(params.size() == prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i)
-    GRPO_TRY(check_request(prompts[i], params).with_context("prompt " + std::to_string(i)));
+    GRPO_TRY(check_request(prompts[i], params[i]).with_context("prompt " + std::to_string(i)));
   std::map<int64_t, size_t> first_index;  // request id -> index of its sample 0 in the result
-  std::vector<RequestOutput> result(prompts.size() * size_t(params.n));
+  size_t total = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    auto rid = add_request(prompts[i], params);
+    auto rid = add_request(prompts[i], params[i]);
     if (!rid.ok()) return rid.status().with_context("prompt " + std::to_string(i));
-    first_index[rid.value()] = i * size_t(params.n);
+    first_index[rid.value()] = total;
+    total += size_t(params[i].n);
   }
+  std::vector<RequestOutput> result(total);
   size_t n_left = result.size();
   while (n_left > 0) {
     GRPO_CHECK_MSG(has_unfinished(), "engine: generate lost track of a request");

@@ -142,6 +142,10 @@ class Engine {
   // sample k % n. Requests already queued are run too (their outputs are dropped).
   Result<std::vector<RequestOutput>> generate(const std::vector<std::vector<int32_t>>& prompts,
                                               const SamplingParams& params);
+  // As above with one SamplingParams per prompt (per-prompt seeds and n): the outputs are
+  // prompt-major, params[i].n samples of prompt i in sample order.
+  Result<std::vector<RequestOutput>> generate(const std::vector<std::vector<int32_t>>& prompts,
+                                              const std::vector<SamplingParams>& params);
   // Drops every cached prefix (call after the weights change).
   void reset_prefix_cache() { blocks_->reset_prefix_cache(); }
   // Tandem engines: turns the partner on or off (off = the trained model alone, e.g. for

@@ -1,4 +1,4 @@
-// Dispatcher for the row gather.
+// Dispatcher for the row gather (embedding lookup, row picks).
 #include "kernels/gather.h"
 
 #include "kernels/dispatch.h"
@@ -6,24 +6,25 @@
 
 namespace grpo {
 
-void gather_rows_forward(Context& ctx, Tensor& out, const Tensor& x, const Tensor& rows) {
-  GRPO_CHECK_ACT(ctx, x);
+void gather_rows_forward(Context& ctx, Tensor& out, const Tensor& src, const Tensor& idx) {
+  GRPO_CHECK_ACT(ctx, src);
   GRPO_CHECK_ACT(ctx, out);
-  GRPO_CHECK_I32(ctx, rows);
-  GRPO_CHECK_MSG(x.ndim == 2, "gather_rows_forward: x must be (T,C)");
-  GRPO_CHECK_SHAPE2(out, rows.numel(), x.shape[1]);
-  GRPO_CHECK_MSG(out.dtype == x.dtype, "gather_rows_forward: out must have x's dtype");
-  GRPO_DISPATCH(ctx, gather_rows_forward, ctx, out, x, rows);
+  GRPO_CHECK_I32(ctx, idx);
+  GRPO_CHECK_MSG(src.ndim == 2, "gather_rows_forward: src must be (N,C)");
+  GRPO_CHECK_SHAPE2(out, idx.numel(), src.shape[1]);
+  GRPO_CHECK_MSG(out.dtype == src.dtype, "gather_rows_forward: out must have src's dtype");
+  GRPO_DISPATCH(ctx, gather_rows_forward, ctx, out, src, idx);
 }
 
-void gather_rows_backward(Context& ctx, Tensor& dx, const Tensor& dout, const Tensor& rows) {
-  GRPO_CHECK_ACT(ctx, dx);
+void gather_rows_backward(Context& ctx, Tensor& dsrc, const Tensor& dout, const Tensor& idx, bool accumulate) {
+  GRPO_CHECK_ACT(ctx, dsrc);
   GRPO_CHECK_ACT(ctx, dout);
-  GRPO_CHECK_I32(ctx, rows);
-  GRPO_CHECK_MSG(dx.ndim == 2, "gather_rows_backward: dx must be (T,C)");
-  GRPO_CHECK_SHAPE2(dout, rows.numel(), dx.shape[1]);
-  GRPO_CHECK_MSG(dout.dtype == dx.dtype, "gather_rows_backward: dout must have dx's dtype");
-  GRPO_DISPATCH(ctx, gather_rows_backward, ctx, dx, dout, rows);
+  GRPO_CHECK_I32(ctx, idx);
+  GRPO_CHECK_MSG(dsrc.ndim == 2, "gather_rows_backward: dsrc must be (N,C)");
+  GRPO_CHECK_SHAPE2(dout, idx.numel(), dsrc.shape[1]);
+  GRPO_CHECK_MSG(dsrc.dtype == DType::f32 || dsrc.dtype == dout.dtype,
+                 "gather_rows_backward: dsrc must be f32 or have dout's dtype");
+  GRPO_DISPATCH(ctx, gather_rows_backward, ctx, dsrc, dout, idx, accumulate);
 }
 
 }  // namespace grpo

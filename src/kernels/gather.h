@@ -1,13 +1,15 @@
-// Row gather: picks rows of a (T, C) activation, e.g. the last token of each
-// sequence before the LM head, so that logits are computed only where needed.
+// Row gather and its scatter-add backward. The embedding lookup (rows of the table by token
+// id) and picking rows of an activation (the last token of each sequence before the LM
+// head, so that logits are computed only where needed) are this one op.
 #pragma once
 #include "core/context.h"
 
-#define GRPO_GATHER_OPS                                                                       \
-  /* out (R,C) = x (T,C)[rows (R) i32]; rows are validated at the boundary (0 <= row < T) */  \
-  void gather_rows_forward(Context& ctx, Tensor& out, const Tensor& x, const Tensor& rows);    \
-  /* dx (T,C) overwritten: zero, then dout (R,C) added at rows (in order r = 0..R-1) */       \
-  void gather_rows_backward(Context& ctx, Tensor& dx, const Tensor& dout, const Tensor& rows);
+#define GRPO_GATHER_OPS                                                                              \
+  /* out (R,C) = src (N,C)[idx (R) i32]; idx is validated at the boundary (0 <= idx < N) */          \
+  void gather_rows_forward(Context& ctx, Tensor& out, const Tensor& src, const Tensor& idx);          \
+  /* dsrc (N,C) += dout (R,C) added at the rows idx, in order r = 0..R-1 on both backends (repeated  \
+     rows sum deterministically); accumulate = false zeroes dsrc first. dsrc is f32 or dout's dtype */ \
+  void gather_rows_backward(Context& ctx, Tensor& dsrc, const Tensor& dout, const Tensor& idx, bool accumulate);
 
 namespace grpo { GRPO_GATHER_OPS }
 namespace grpo::cpu { GRPO_GATHER_OPS }

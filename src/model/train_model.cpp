@@ -5,7 +5,6 @@
 
 #include "kernels/columns.h"
 #include "kernels/elementwise.h"
-#include "kernels/embedding.h"
 #include "kernels/gather.h"
 #include "kernels/linear.h"
 #include "kernels/logprob.h"
@@ -325,7 +324,7 @@ void train_model_forward(Context& ctx, TrainModel& m, const ModelWeights& w, con
   Tensor qkv = st.qkv.get(dev, dt, {T, int64_t(c.qkv_dim())});
 
   auto x_of = [&](int l) -> Tensor& { return keep_for_backward ? st.x[size_t(l)] : st.x[size_t(l % 2)]; };
-  embedding_forward(ctx, x_of(0), b.tokens, w.embed);
+  gather_rows_forward(ctx, x_of(0), w.embed, b.tokens);
   for (int l = 0; l < Ln; ++l)
     layer_forward(ctx, st, m.lora, c, l, w.layers[size_t(l)], st.rope, b, x_of(l), st.acts[store_all ? size_t(l) : 0],
                   qkv, x_of(l + 1));
@@ -362,7 +361,7 @@ void train_model_backward(Context& ctx, TrainModel& m, const ModelWeights& w, co
   Tensor dh = st.dh_sel.get(dev, dt, {Tc, C}), dxf = st.dxf.get(dev, dt, {T, C}), dx = st.dx.get(dev, dt, {T, C});
   token_logprobs_backward(ctx, dh, frozen ? nullptr : &grads.lm_head, dlogp, st.h_sel_t, w.lm_head, b.targets, st.lse_sel_t,
                           m.opt.temperature);
-  gather_rows_backward(ctx, dxf, dh, b.rows);
+  gather_rows_backward(ctx, dxf, dh, b.rows, false);
   rmsnorm_backward(ctx, dx, frozen ? nullptr : &grads.final_norm, dxf, st.x[size_t(Ln)], w.final_norm, st.rstd_f_t);
   if (layer_done) layer_done(Ln);  // a tied lm_head wrote into embed, which is final only at the end
 
@@ -378,7 +377,7 @@ void train_model_backward(Context& ctx, TrainModel& m, const ModelWeights& w, co
                    dx);
     if (layer_done) layer_done(l);
   }
-  if (!frozen) embedding_backward(ctx, grads.embed, dx, b.tokens);
+  if (!frozen) gather_rows_backward(ctx, grads.embed, dx, b.tokens, true);
   if (layer_done) layer_done(-1);
   st.kept = false;  // recompute overwrote kept values and a second backward would double-count
 }

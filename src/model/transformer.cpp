@@ -15,7 +15,6 @@
 
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
-#include "kernels/embedding.h"
 #include "kernels/gather.h"
 #include "kernels/linear.h"
 #include "kernels/norm.h"
@@ -157,7 +156,7 @@ void transformer_forward(Context& ctx, const ModelWeights& w, KVCache& cache, co
   Tensor gate_up = scratch.gate_up.slice0(0, T);  // (T, 2F)
   Tensor act = scratch.mlp_act.slice0(0, T);      // (T, F)
 
-  embedding_forward(ctx, x, batch.tokens, w.embed);
+  gather_rows_forward(ctx, x, w.embed, batch.tokens);
   for (int l = 0; l < cfg.n_layers; ++l) {
     const LayerWeights& L = w.layers[size_t(l)];
     rmsnorm_forward(ctx, xn, nullptr, x, L.attn_norm, eps);

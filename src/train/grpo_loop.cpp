@@ -25,22 +25,6 @@ namespace grpo {
 
 namespace fs = std::filesystem;
 
-Status metrics_jsonl_truncate(const std::string& path, int64_t step) {
-  if (!fs::exists(path)) return ok_status();
-  GRPO_ASSIGN_OR_RETURN(std::string text, read_file(path));
-  std::string kept;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t nl = text.find('\n', pos);
-    std::string line = text.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
-    pos = nl == std::string::npos ? text.size() : nl + 1;
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) continue;
-    if (j["step"].get<int64_t>() <= step) kept += line + "\n";
-  }
-  return write_file_atomic(path, kept);
-}
-
 namespace {
 
 MetricList concat(MetricList a, const MetricList& b) {

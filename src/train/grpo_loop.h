@@ -35,51 +35,14 @@
 // optimizer skips train.max_consecutive_skipped_steps steps in a row
 // (non-finite gradients) ends with an error.
 #pragma once
-#include <atomic>
 #include <cstdint>
-#include <cstdio>
-#include <functional>
-#include <memory>
 #include <string>
 
+#include "train/loop_options.h"
 #include "train/metrics_writer.h"
 #include "train/run_config.h"
 
 namespace grpo {
-class EngineService;
-class Tokenizer;
-class TrajectorySource;
-}  // namespace grpo
-
-namespace grpo {
-
-class Communicator;
-struct RolloutBatch;
-
-struct TrainLoopOptions {
-  std::string out_dir;            // "" = cfg.run.output_dir
-  bool resume = false;            // continue from resume_from, or the latest checkpoint in out_dir
-  std::string resume_from;        // explicit checkpoint directory
-  int n_threads = 0;              // CPU threads; 0 = all
-  std::FILE* console = stderr;    // progress and summaries; nullptr = silent
-  int64_t stop_after_steps = 0;   // > 0: end this process after this many steps (tests: a killed run)
-  bool resume_with_changes = false;  // resume although the config differs from the run's config.toml
-  // Polled between steps; non-zero (a signal number) = stop after the current step with a checkpoint.
-  const std::atomic<int>* stop_signal = nullptr;
-  std::function<void(int64_t step)> on_step;  // after each optimizer step, its metrics written
-  // Before the first optimizer step on each generation batch, with the step it feeds (tests).
-  std::function<void(int64_t step, const RolloutBatch&)> on_batch;
-  // With [server] enabled: starts the HTTP front on the loop's engine service (the
-  // CLI links src/server, which sits above train/). The returned handle is released,
-  // stopping the server, before the service and the engine go away.
-  std::function<Result<std::shared_ptr<void>>(EngineService&, const Tokenizer*, const ServerSection&)> start_server;
-  // data.env = "remote": the source of batches of scored groups (train/loop_remote.h),
-  // made by the CLI: the trajectory API hosted in this process, or a client of remote.url.
-  std::function<Result<std::shared_ptr<TrajectorySource>>(const RunConfig&)> make_trajectory_source;
-  // Data-parallel ranks (dist/communicator.h, docs/distributed.md); nullptr = one rank. Rank 0
-  // owns the run directory (lock, metrics, checkpoints); every rank loads the same config.
-  Communicator* comm = nullptr;
-};
 
 struct TrainLoopResult {
   int64_t steps = 0;              // optimizer steps completed in total
@@ -91,9 +54,5 @@ struct TrainLoopResult {
 };
 
 Result<TrainLoopResult> grpo_train(const RunConfig& cfg, const TrainLoopOptions& opt);
-
-// Keeps the records of metrics.jsonl whose step is <= `step` (rewritten
-// atomically); a missing file is fine. Used when resuming.
-Status metrics_jsonl_truncate(const std::string& path, int64_t step);
 
 }  // namespace grpo

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 
 #include "core/timer.h"
 #include "dist/communicator.h"
@@ -22,42 +21,18 @@ Result<std::vector<RequestOutput>> engine_run_prompts(Engine& engine, const std:
                                                       const std::vector<int>& n_per_prompt) {
   GRPO_CHECK(seeds.empty() || seeds.size() == prompts.size());
   GRPO_CHECK(n_per_prompt.empty() || n_per_prompt.size() == prompts.size());
-  if (svc) {
-    std::vector<std::vector<int32_t>> ids;
-    std::vector<SamplingParams> ps(prompts.size(), params);
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      ids.push_back(prompts[i].ids);
-      if (!seeds.empty()) ps[i].seed = seeds[i];
-      if (!n_per_prompt.empty()) ps[i].n = n_per_prompt[i];
-    }
-    svc->resume();
-    auto out = svc->generate(ids, ps);
-    svc->pause_and_drain();
-    return out;
-  }
-  std::map<int64_t, size_t> first;  // request id -> index of its sample 0
-  SamplingParams p = params;
-  size_t total = 0;
+  std::vector<std::vector<int32_t>> ids;
+  std::vector<SamplingParams> ps(prompts.size(), params);
   for (size_t i = 0; i < prompts.size(); ++i) {
-    if (!seeds.empty()) p.seed = seeds[i];
-    if (!n_per_prompt.empty()) p.n = n_per_prompt[i];
-    auto rid = engine.add_request(prompts[i].ids, p);
-    if (!rid.ok()) return rid.status().with_context("prompt of example " + prompts[i].example.id);
-    first[rid.value()] = total;
-    total += size_t(p.n);
+    ids.push_back(prompts[i].ids);
+    if (!seeds.empty()) ps[i].seed = seeds[i];
+    if (!n_per_prompt.empty()) ps[i].n = n_per_prompt[i];
   }
-  std::vector<RequestOutput> result(total);
-  size_t left = result.size();
-  while (left > 0) {
-    GRPO_CHECK_MSG(engine.has_unfinished(), "engine lost track of a request");
-    for (auto& o : engine.step()) {
-      auto it = first.find(o.request_id);
-      if (it == first.end()) continue;
-      result[it->second + size_t(o.sample_index)] = std::move(o);
-      --left;
-    }
-  }
-  return result;
+  if (!svc) return engine.generate(ids, ps);
+  svc->resume();
+  auto out = svc->generate(ids, ps);
+  svc->pause_and_drain();
+  return out;
 }
 
 Telemetry telemetry_of(const RequestOutput& o) {

@@ -201,6 +201,31 @@ Status write_run_files(const LoopRun& r, const PreparedPrompt* example) {
 
 }  // namespace
 
+Result<SamplingParams> loop_sampling_params(const RunConfig& cfg, bool eval, int vocab_size) {
+  const RolloutSection& ro = cfg.rollout;
+  SamplingParams sp;
+  sp.stop = ro.stop;
+  if (eval) {
+    sp.n = 1;
+    sp.temperature = cfg.eval.greedy ? 0.f : float(cfg.eval.temperature);
+    sp.max_tokens = int(cfg.eval.max_new_tokens > 0 ? cfg.eval.max_new_tokens : ro.max_new_tokens);
+    GRPO_TRY(sp.validate(vocab_size).with_context("[eval]"));
+    return sp;
+  }
+  sp.n = int(ro.num_generations);
+  sp.temperature = float(ro.temperature);
+  sp.top_p = float(ro.top_p);
+  sp.top_k = int(ro.top_k);
+  sp.min_p = float(ro.min_p);
+  sp.max_tokens = int(ro.max_new_tokens);
+  sp.ignore_eos = ro.ignore_eos;
+  sp.min_tokens = int(ro.min_new_tokens);
+  // The trainer scores logits / temperature over the full vocabulary: raw logprobs at T = 1, else processed.
+  sp.logprobs_mode = ro.temperature == 1.0 ? LogprobsMode::raw : LogprobsMode::processed;
+  GRPO_TRY(sp.validate(vocab_size).with_context("[rollout]"));
+  return sp;
+}
+
 std::vector<std::string> loop_plot_metrics(const MetricHistory& h) {
   std::vector<std::string> out;
   for (const char* n : {"reward/mean", "eval/accuracy", "eval/tandem/accuracy", "accuracy", "loss",
@@ -448,27 +473,11 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
     r.engine = std::make_unique<Engine>(engine_ctx, engine_weights, r.tok.get(), eo, nullptr, r.draft.get());
   }
 
-  SamplingParams& sp = r.rollout_cfg.params;
-  sp.n = int(cfg.rollout.num_generations);
-  sp.temperature = float(cfg.rollout.temperature);
-  sp.top_p = float(cfg.rollout.top_p);
-  sp.top_k = int(cfg.rollout.top_k);
-  sp.min_p = float(cfg.rollout.min_p);
-  sp.max_tokens = int(cfg.rollout.max_new_tokens);
-  sp.stop = cfg.rollout.stop;
-  sp.ignore_eos = cfg.rollout.ignore_eos;
-  sp.min_tokens = int(cfg.rollout.min_new_tokens);
-  // The trainer scores logits / temperature over the full vocabulary: raw logprobs at T = 1, else processed.
-  sp.logprobs_mode = cfg.rollout.temperature == 1.0 ? LogprobsMode::raw : LogprobsMode::processed;
-  GRPO_TRY(sp.validate(r.weights->config.vocab_size).with_context("[rollout]"));
+  GRPO_ASSIGN_OR_RETURN(r.rollout_cfg.params, loop_sampling_params(cfg, false, r.weights->config.vocab_size));
   r.rollout_cfg.seed = uint64_t(cfg.rollout.seed);
   r.rollout_cfg.scale = cfg.train.scale_rewards;
   r.rollout_cfg.tandem_partner_weight = float(cfg.tandem.partner_weight);
-  r.eval_params.n = 1;
-  r.eval_params.temperature = cfg.eval.greedy ? 0.f : float(cfg.eval.temperature);
-  r.eval_params.max_tokens = int(cfg.eval.max_new_tokens > 0 ? cfg.eval.max_new_tokens : cfg.rollout.max_new_tokens);
-  r.eval_params.stop = cfg.rollout.stop;
-  GRPO_TRY(r.eval_params.validate(r.weights->config.vocab_size).with_context("[eval]"));
+  GRPO_ASSIGN_OR_RETURN(r.eval_params, loop_sampling_params(cfg, true, r.weights->config.vocab_size));
 
   r.ckpt_opts.keep_last = cfg.checkpoint.keep_last;
   r.ckpt_opts.model.tokenizer_src_dir = tokenizer_dir(r.paths.tokenizer);

@@ -14,7 +14,7 @@
 #include "env/rewards.h"
 #include "train/checkpoint_state.h"
 #include "train/curriculum.h"
-#include "train/grpo_loop.h"
+#include "train/loop_options.h"
 #include "train/loop_data.h"
 #include "train/loop_rollout.h"
 #include "train/loop_train.h"
@@ -65,6 +65,13 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg, const TrainLoo
 // gradient all-reduce ([dist]), and this rank's first rollout request slot.
 // `dp` must outlive the run's use of r.trainer.
 void loop_setup_data_parallel(LoopRun& r, Communicator& comm, DataParallel& dp, int64_t request_offset);
+
+// The loop's SamplingParams from the config. Rollouts ([rollout]): num_generations samples,
+// temperature and filters, lengths, stop strings, and the logprobs mode the trainer recomputes
+// (raw at temperature 1, else processed). Evals (eval = true): one sample, greedy unless
+// eval.greedy = false, eval.max_new_tokens or else [rollout]'s, [rollout]'s stop strings.
+// Validated against vocab_size; errors name the section.
+Result<SamplingParams> loop_sampling_params(const RunConfig& cfg, bool eval, int vocab_size);
 
 // Curves of the end-of-run plot present in the history, in a fixed order.
 std::vector<std::string> loop_plot_metrics(const MetricHistory& h);

@@ -3,9 +3,12 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
+
+#include "model/safetensors.h"
 
 namespace grpo {
 
@@ -90,6 +93,22 @@ Result<MetricHistory> metrics_jsonl_load(const std::string& path) {
     }
   }
   return h;
+}
+
+Status metrics_jsonl_truncate(const std::string& path, int64_t step) {
+  if (!std::filesystem::exists(path)) return ok_status();
+  GRPO_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  std::string kept;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    std::string line = text.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+    pos = nl == std::string::npos ? text.size() : nl + 1;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) continue;
+    if (j["step"].get<int64_t>() <= step) kept += line + "\n";
+  }
+  return write_file_atomic(path, kept);
 }
 
 }  // namespace grpo

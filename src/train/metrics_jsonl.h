@@ -29,4 +29,8 @@ class JsonlMetricWriter : public MetricWriter {
 // are skipped, other non-numeric values are an error naming file:line.
 Result<MetricHistory> metrics_jsonl_load(const std::string& path);
 
+// Keeps the records of a metrics JSONL file whose step is <= `step` (rewritten
+// atomically); a missing file is fine. Used when a run resumes.
+Status metrics_jsonl_truncate(const std::string& path, int64_t step);
+
 }  // namespace grpo

@@ -1,9 +1,9 @@
-// Embedding lookup and row gather on the CPU (both are linear in their float
-// input, so finite differences are exact up to rounding).
+// The row gather on the CPU, as the embedding lookup (accumulating backward into the
+// table's gradient) and as a row pick (backward overwrites); both are linear in their
+// float input, so finite differences are exact up to rounding.
 #include <gtest/gtest.h>
 
 #include "kernel_test_util.h"
-#include "kernels/embedding.h"
 #include "kernels/gather.h"
 
 using namespace grpo;
@@ -16,19 +16,24 @@ TEST(Embedding, ForwardAndBackward) {
   std::vector<int32_t> ids = {3, 0, 10, 3, 3, 7, 0, 1, 10};  // repeats accumulate
   std::vector<float> out(size_t(T * C));
   Tensor to = host(out, {T, C}), ti = host(ids, {T});
-  embedding_forward(ctx, to, ti, host(table, {V, C}));
+  gather_rows_forward(ctx, to, host(table, {V, C}), ti);
   for (int64_t t = 0; t < T; ++t)
     for (int64_t c = 0; c < C; ++c) ASSERT_EQ(out[size_t(t * C + c)], table[size_t(ids[size_t(t)] * C + c)]);
   auto loss = [&] {
     std::vector<float> o(size_t(T * C));
     Tensor t2 = host(o, {T, C});
-    embedding_forward(ctx, t2, ti, host(table, {V, C}));
+    gather_rows_forward(ctx, t2, host(table, {V, C}), ti);
     return dot(o, r);
   };
   std::vector<float> dt(size_t(V * C), 0.f);
   Tensor tdt = host(dt, {V, C});
-  embedding_backward(ctx, tdt, host(r, {T, C}), ti);
+  gather_rows_backward(ctx, tdt, host(r, {T, C}), ti, true);
   EXPECT_TRUE(grad_check("dtable", table, loss, dt));
+  // accumulate adds to what is there: a second backward doubles the gradient
+  std::vector<float> dt2 = dt;
+  Tensor tdt2 = host(dt2, {V, C});
+  gather_rows_backward(ctx, tdt2, host(r, {T, C}), ti, true);
+  for (size_t i = 0; i < dt.size(); ++i) ASSERT_FLOAT_EQ(dt2[i], 2 * dt[i]) << i;
 }
 
 TEST(GatherRows, ForwardAndBackward) {
@@ -49,6 +54,6 @@ TEST(GatherRows, ForwardAndBackward) {
   };
   std::vector<float> dx(size_t(T * C), 123.f);  // overwritten
   Tensor tdx = host(dx, {T, C});
-  gather_rows_backward(ctx, tdx, host(r, {R, C}), tr);
+  gather_rows_backward(ctx, tdx, host(r, {R, C}), tr, false);
   EXPECT_TRUE(grad_check("dx", x, loss, dx));
 }

@@ -14,7 +14,7 @@ nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv,noheader
 mkdir -p bench/results "$OUT/logs"
 what=" $* "
 if [[ "$what" == *" tests "* ]]; then
-  for t in cuda engine train kernels transformer; do
+  for t in kernels engine train model; do
     [ -x $B/grpo_tests_$t ] || continue
     echo "=== grpo_tests_$t"
     timeout 200 $B/grpo_tests_$t --gtest_brief=1 > "$OUT/logs/tests_$t.log" 2>&1

@@ -9,8 +9,8 @@
 #      overlap almost fully, so any draft is "accepted");
 #   2. the GRPO shape at T = 1: 64 prompts x G = 8 (512 sequences), 128 new tokens.
 # Each line: plain tok/s, speculative tok/s, ratio, acceptance. Runtime about 2-4 minutes.
-# Binaries from build-static (tools/device/pack.sh grpo bench_spec grpo_tests_cuda; carry [".carry"]);
-# the CUDA parity tests of spec_verify and the sampler run first when grpo_tests_cuda is there.
+# Binaries from build-static (tools/device/pack.sh grpo bench_spec grpo_tests_kernels; carry [".carry"]);
+# the CUDA parity tests of spec_verify and the sampler run first when grpo_tests_kernels is there.
 # Results: bench/results/spec-*.json, logs under $OUT.
 set -uo pipefail
 B=${BUILD:-build-static}
@@ -24,9 +24,9 @@ mkdir -p bench/results "$OUT/logs" runs/models
 nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv,noheader
 # Tests find fixtures through the absolute paths baked in at build time.
 if [ ! -e /work/shared/data ]; then mkdir -p /work/shared && ln -s "$PWD/.carry/shared" /work/shared/data; fi
-if [ -x $B/grpo_tests_cuda ]; then
-  echo "=== grpo_tests_cuda --gtest_filter='CudaSpecVerify.*:CudaSampling.*'"
-  timeout 120 $B/grpo_tests_cuda --gtest_filter='CudaSpecVerify.*:CudaSampling.*' --gtest_brief=1 > "$OUT/logs/tests_cuda.log" 2>&1
+if [ -x $B/grpo_tests_kernels ]; then
+  echo "=== grpo_tests_kernels --gtest_filter='CudaSpecVerify.*:CudaSampling.*'"
+  timeout 120 $B/grpo_tests_kernels --gtest_filter='CudaSpecVerify.*:CudaSampling.*' --gtest_brief=1 > "$OUT/logs/tests_cuda.log" 2>&1
   echo "rc=$?"; grep -E "FAILED|PASSED|SKIPPED|tests ran" "$OUT/logs/tests_cuda.log" | head -20
 fi
 model=runs/models/bench-qwen2.5-0.5b

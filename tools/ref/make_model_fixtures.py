@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference fixtures for the inference transformer (tests/transformer/).
+"""Reference fixtures for the inference transformer (tests/model/).
 
 For each architecture we support, builds a tiny random model with Hugging Face
 transformers (float32, eager attention, on the CPU so the numbers are

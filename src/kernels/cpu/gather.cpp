@@ -1,26 +1,35 @@
-// CPU row gather and its backward (zero, then add the picked rows back in order).
+// CPU row gather and its scatter-add backward. The backward splits the columns across
+// threads and walks the rows in order, so repeated rows add up in the same order on
+// every run (and in the order the CUDA backward uses).
 #include "kernels/gather.h"
 
 #include <cstring>
 
 namespace grpo::cpu {
 
-void gather_rows_forward(Context& ctx, Tensor& out, const Tensor& x, const Tensor& rows) {
-  const int64_t R = rows.numel(), C = x.shape[1];
-  const int32_t* I = rows.ptr<int32_t>();
-  for (int64_t r = 0; r < R; ++r)
-    std::memcpy(out.ptr<float>() + r * C, x.ptr<float>() + int64_t(I[r]) * C, size_t(C) * sizeof(float));
+void gather_rows_forward(Context& ctx, Tensor& out, const Tensor& src, const Tensor& idx) {
+  const int64_t R = idx.numel(), C = src.shape[1];
+  const int32_t* I = idx.ptr<int32_t>();
+  const float* S = src.ptr<float>();
+  float* O = out.ptr<float>();
+  ctx.parallel_for(R, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) std::memcpy(O + r * C, S + int64_t(I[r]) * C, size_t(C) * sizeof(float));
+  }, 16);
 }
 
-void gather_rows_backward(Context& ctx, Tensor& dx, const Tensor& dout, const Tensor& rows) {
-  const int64_t R = rows.numel(), C = dx.shape[1];
-  const int32_t* I = rows.ptr<int32_t>();
-  std::memset(dx.data, 0, dx.nbytes());
-  for (int64_t r = 0; r < R; ++r) {
-    float* d = dx.ptr<float>() + int64_t(I[r]) * C;
-    const float* g = dout.ptr<float>() + r * C;
-    for (int64_t c = 0; c < C; ++c) d[c] += g[c];
-  }
+void gather_rows_backward(Context& ctx, Tensor& dsrc, const Tensor& dout, const Tensor& idx, bool accumulate) {
+  const int64_t R = idx.numel(), C = dsrc.shape[1];
+  const int32_t* I = idx.ptr<int32_t>();
+  const float* G = dout.ptr<float>();
+  float* D = dsrc.ptr<float>();
+  if (!accumulate) std::memset(dsrc.data, 0, dsrc.nbytes());
+  ctx.parallel_for(C, [&](int64_t c0, int64_t c1) {
+    for (int64_t r = 0; r < R; ++r) {
+      float* d = D + int64_t(I[r]) * C;
+      const float* g = G + r * C;
+      for (int64_t c = c0; c < c1; ++c) d[c] += g[c];
+    }
+  }, 64);
 }
 
 }  // namespace grpo::cpu

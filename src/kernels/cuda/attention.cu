@@ -1,7 +1,7 @@
 // CUDA causal GQA attention forward, two CUDA-core kernels and the dispatch to the tensor-core ones:
 //   attn_paged_kernel  the engine path (attention_paged: prefill, chunked prefill, decode) for what
 //                      the tensor-core kernels do not take: attention_paged tries, in order, the
-//                      prefill kernel over query tiles (attention_tc.cu; when the runner passed a
+//                      prefill kernel over query tiles (attention_prefill_tc.cu; when the runner passed a
 //                      tile list), the decode kernel for GQA groups of 4..16 (attention_decode.cu),
 //                      then this one (f32, other head dims, groups < 4)
 //   attn_split_kernel  the packed training path (attention_forward), and its fallback
@@ -929,7 +929,7 @@ void attention_forward(Context& ctx, Tensor& out, Tensor* lse, const Tensor& q, 
                  "attention_forward: cu_seqlens (host and device) must span the T tokens");
   if (lse) GRPO_CHECK_MSG(lse->dtype == DType::f32 && lse->numel() == q.shape[1] * T_, "attention_forward: lse (Hq,T) f32");
   GRPO_CHECK_MSG(aligned16(q.data) && aligned16(k.data) && aligned16(v.data), "attention_forward: 16-byte alignment");
-  {  // bf16 with head dim 64/128: the tensor-core kernel (attention_tc.cu)
+  {  // bf16 with head dim 64/128: the tensor-core kernel (attention_train_fwd_tc.cu)
     TcArgs t{};
     t.q = q.data; t.k = k.data; t.v = v.data; t.out = out.data;
     t.lse = lse ? lse->ptr<float>() : nullptr;
@@ -1019,7 +1019,7 @@ void attention_paged(Context& ctx, Tensor& out, const Tensor& q, const Tensor& k
   GRPO_CHECK_MSG(meta.window >= 0, "attention_paged: window must be >= 0");
   if (meta.n_prefill_tiles > 0 && meta.window == 0 && attention_tc_supported(q.dtype, int(q.shape[2]))) {
     // A mostly-prefill step with the runner's query tiles: the tensor-core kernel
-    // (attention_tc.cu); the tiles cover every row of q once.
+    // (attention_prefill_tc.cu); the tiles cover every row of q once.
     const Tensor& tl = meta.prefill_tiles;
     GRPO_CHECK_MSG(tl.dtype == DType::i32 && tl.ndim == 2 && tl.shape[1] == 4 && tl.shape[0] >= meta.n_prefill_tiles &&
                        tl.device == Device::cuda,

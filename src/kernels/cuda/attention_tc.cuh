@@ -1,8 +1,9 @@
-// Private to attention*.cu: the tensor-core attention kernels of attention_tc.cu
-// (bf16, head dim 64 or 128), used for packed training batches and for the engine's
-// prefill over the paged KV cache.
+// Private to attention*.cu: the argument blocks and entry points of the tensor-core attention
+// kernels (bf16, head dim 64 or 128) for packed training batches (attention_train_fwd_tc.cu,
+// attention_train_bwd_tc.cu) and for the engine's prefill over the paged KV cache
+// (attention_prefill_tc.cu).
 #pragma once
-#include "kernels/cuda/attention_bwd.cuh"
+#include "kernels/cuda/attention_train_bwd.cuh"
 
 namespace grpo::cuda {
 

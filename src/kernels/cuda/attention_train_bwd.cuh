@@ -1,4 +1,4 @@
-// Private to attention_bwd*.cu: the argument block of the attention backward kernels
+// Private to attention_train_bwd*.cu: the argument block of the attention backward kernels
 // and the packed-sequence lookup they share.
 #pragma once
 #include "kernels/cuda/cuda_check.cuh"
@@ -28,7 +28,7 @@ __device__ __forceinline__ int find_seq(const int32_t* cu, int n_seqs, int64_t t
   return lo;
 }
 
-// Shared-memory tiled dq and dk/dv kernels (attention_bwd_tiled.cu) for D in {32, 64, 128};
+// Shared-memory tiled dq and dk/dv kernels (attention_train_bwd_tiled.cu) for D in {32, 64, 128};
 // returns false (doing nothing) for other head dims. a.delta must be filled.
 bool attention_backward_tiled(Context& ctx, const BwdArgs& a, DType dt);
 

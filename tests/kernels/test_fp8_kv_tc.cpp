@@ -1,5 +1,5 @@
 // FP8 (E4M3) KV cache in the tensor-core paged attention kernels: the prefill kernel over
-// 64-row query tiles (attention_tc.cu) and the per-token decode kernel for GQA groups of
+// 64-row query tiles (attention_prefill_tc.cu) and the per-token decode kernel for GQA groups of
 // 4..16 (attention_decode.cu), both reached through cuda::attention_paged with bf16 q/out and
 // f8e4m3 caches. Widening E4M3 to bf16 is exact and both kernels feed the widened values to
 // the same mma code as with bf16 caches, so the output over an FP8 cache must equal, bit for

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "../kernels/kernel_test_util.h"
+#include "kernel_test_util.h"
 #include "core/context.h"
 #include "core/dtype.h"
 #include "core/tensor.h"

@@ -1,6 +1,7 @@
-// The tensor-core attention kernels (attention_tc.cu: bf16, head dim 64/128) against the
-// CPU reference. Training: packed batches whose 64-token tiles straddle sequences,
-// one-token sequences, lengths on and off tile multiples, GQA groups of 1, 2 and 7.
+// The tensor-core attention kernels (attention_train_fwd_tc.cu, attention_train_bwd_tc.cu,
+// attention_prefill_tc.cu: bf16, head dim 64/128) against the CPU reference.
+// Training: packed batches whose 64-token tiles straddle sequences, one-token sequences,
+// lengths on and off tile multiples, GQA groups of 1, 2 and 7.
 // Engine prefill over the paged cache (attention_paged with a tile list): shuffled
 // physical blocks, several sequences per batch, cached prefixes (pos0 > 0), runs on and
 // off the 64-row tile, a decode-like row mixed in.

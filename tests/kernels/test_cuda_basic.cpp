@@ -8,7 +8,6 @@
 #include <cstring>
 
 #include "kernels/elementwise.h"
-#include "kernels/embedding.h"
 #include "kernels/gather.h"
 #include "kernels/linear.h"
 #include "kernels/norm.h"
@@ -226,12 +225,12 @@ TEST(CudaEmbedding, ForwardBackwardDeterministic) {
       auto dt0 = randn(static_cast<size_t>(V * c), 16);
       std::vector<float> out(static_cast<size_t>(T * c)), dtab = dt0;
       Tensor ht = host(table, {V, c}), ho = host(out, {T, c}), hdo = host(dout, {T, c}), hdt = host(dtab, {V, c});
-      cpu::embedding_forward(cpu_ctx(), ho, hids, ht);
-      cpu::embedding_backward(cpu_ctx(), hdt, hdo, hids);
+      cpu::gather_rows_forward(cpu_ctx(), ho, ht, hids);
+      cpu::gather_rows_backward(cpu_ctx(), hdt, hdo, hids, true);
       Tensor gt = dev(table, dt, {V, c}), go = poisoned(dt, {T, c}), gdo = dev(dout, dt, {T, c});
       Tensor gdt = dev(dt0, DType::f32, {V, c});
-      cuda::embedding_forward(gpu_ctx(), go, gids, gt);
-      cuda::embedding_backward(gpu_ctx(), gdt, gdo, gids);
+      cuda::gather_rows_forward(gpu_ctx(), go, gt, gids);
+      cuda::gather_rows_backward(gpu_ctx(), gdt, gdo, gids, true);
       const std::string s = " C=" + std::to_string(c);
       EXPECT_TRUE(close(tag("embedding_forward", dt) + s, fetch(go), out, Tol{0, 0}));
       // same summation order as the CPU (tokens in order per row): equal bit for bit
@@ -250,10 +249,10 @@ TEST(CudaGather, ForwardBackward) {
     std::vector<float> out(static_cast<size_t>(R * C)), dx(static_cast<size_t>(T * C));
     Tensor hx = host(x, {T, C}), ho = host(out, {R, C}), hdo = host(dout, {R, C}), hdx = host(dx, {T, C});
     cpu::gather_rows_forward(cpu_ctx(), ho, hx, hrows);
-    cpu::gather_rows_backward(cpu_ctx(), hdx, hdo, hrows);
+    cpu::gather_rows_backward(cpu_ctx(), hdx, hdo, hrows, false);
     Tensor gx = dev(x, dt, {T, C}), go = poisoned(dt, {R, C}), gdo = dev(dout, dt, {R, C}), gdx = poisoned(dt, {T, C});
     cuda::gather_rows_forward(gpu_ctx(), go, gx, grows);
-    cuda::gather_rows_backward(gpu_ctx(), gdx, gdo, grows);
+    cuda::gather_rows_backward(gpu_ctx(), gdx, gdo, grows, false);
     EXPECT_TRUE(close(tag("gather_rows_forward", dt), fetch(go), out, Tol{0, 0}));
     EXPECT_TRUE(close(tag("gather_rows_backward", dt), fetch(gdx), dt == DType::f32 ? dx : rounded(dx, dt), Tol{0, 0}));
   }

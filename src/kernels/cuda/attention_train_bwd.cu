@@ -3,7 +3,7 @@
 //   p_ij = exp(s·q_i·k_j − lse_i), da_ij = p_ij·(dout_i·v_j − Δ_i),
 //   dq_i = s·Σ_j da_ij·k_j,  dk_j = s·Σ_{i,h} da_ij·q_i,  dv_j = Σ_{i,h} p_ij·dout_i.
 // Δ (Hq,T) goes to the scratch (one warp per (token, head)); then, for D in {32, 64, 128},
-// the shared-memory tiled kernels of attention_bwd_tiled.cu run. For other head dims the
+// the shared-memory tiled kernels of attention_train_bwd_tiled.cu run. For other head dims the
 // simple kernels below do, each output element owned by one warp:
 //   dq:     one warp per (token, head); lanes take 32 keys at a time for the scores,
 //           then lanes take head dims for the accumulation (keys in increasing order);
@@ -13,7 +13,7 @@
 // be a multiple of 8 and at most 256. With a sliding window W only the simple kernels
 // run (they bound the key range of a query, and the query range of a key, by W).
 #include "kernels/attention.h"
-#include "kernels/cuda/attention_bwd.cuh"
+#include "kernels/cuda/attention_train_bwd.cuh"
 #include "kernels/cuda/attention_tc.cuh"
 
 #include <cmath>
@@ -197,7 +197,7 @@ void attention_backward(Context& ctx, Tensor& dq, Tensor& dk, Tensor& dv, const 
     delta_kernel<T><<<gq, kWarps * 32, 0, st>>>(a);
     CUDA_CHECK_LAUNCH();
   });
-  if (a.window == 0) {  // bf16 with head dim 64/128: the tensor-core kernels (attention_tc.cu)
+  if (a.window == 0) {  // bf16 with head dim 64/128: the tensor-core kernels (attention_train_bwd_tc.cu)
     TcArgs t{};
     t.q = a.q; t.k = a.k; t.v = a.v; t.dout = a.dout; t.dq = a.dq; t.dk = a.dk; t.dv = a.dv;
     t.lse = const_cast<float*>(a.lse);

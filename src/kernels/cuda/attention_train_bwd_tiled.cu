@@ -10,7 +10,7 @@
 // columns), p = exp(s·S − lse), dS = p·(dP − Δ) into shared memory, then accumulate
 // dq += dS·K, or dv += pᵀ·dO and dk += dSᵀ·Q (thread: one row, D/4 columns).
 // Tiles may straddle packed sequences: the mask is start(i) <= j <= i.
-#include "kernels/cuda/attention_bwd.cuh"
+#include "kernels/cuda/attention_train_bwd.cuh"
 
 namespace grpo::cuda {
 

@@ -1,5 +1,5 @@
-// CUDA embedding lookup and row gather (forward: row copies, 16-byte vectors when
-// the row length and pointers allow), and their deterministic backward:
+// CUDA row gather (the embedding lookup and row picks; forward: row copies, 16-byte
+// vectors when the row length and pointers allow), and its deterministic backward:
 // scatter_add_rows stably radix-sorts (destination row, source index) pairs with CUB,
 // then one block per run of equal destinations adds the source rows in increasing
 // source order, starting from the destination's current value. That is exactly the
@@ -8,7 +8,6 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "kernels/cuda/cuda_check.cuh"
-#include "kernels/embedding.h"
 #include "kernels/gather.h"
 
 namespace grpo::cuda {
@@ -117,28 +116,16 @@ void scatter_add_rows(Context& ctx, void* dst, DType dt_dst, int64_t n_dst_rows,
   CUDA_CHECK_LAUNCH();
 }
 
-void embedding_forward(Context& ctx, Tensor& out, const Tensor& ids, const Tensor& table) {
-  gather_launch(ctx, out, table, ids, "embedding_forward: table (V,C), ids (T) i32, out (T,C)");
+void gather_rows_forward(Context& ctx, Tensor& out, const Tensor& src, const Tensor& idx) {
+  gather_launch(ctx, out, src, idx, "gather_rows_forward: src (N,C), idx (R) i32, out (R,C)");
 }
 
-void embedding_backward(Context& ctx, Tensor& dtable, const Tensor& dout, const Tensor& ids) {
-  GRPO_CHECK_MSG(dtable.ndim == 2 && dtable.dtype == DType::f32, "embedding_backward: dtable must be (V,C) f32");
-  GRPO_CHECK_MSG(ids.dtype == DType::i32, "embedding_backward: ids must be i32");
-  const int64_t T_ = ids.numel(), C = dtable.shape[1];
-  GRPO_CHECK_MSG(dout.numel() == T_ * C, "embedding_backward: dout must be (T,C)");
-  scatter_add_rows(ctx, dtable.data, DType::f32, dtable.shape[0], dout.data, dout.dtype, ids.ptr<int32_t>(), T_, C);
-}
-
-void gather_rows_forward(Context& ctx, Tensor& out, const Tensor& x, const Tensor& rows) {
-  gather_launch(ctx, out, x, rows, "gather_rows_forward: x (T,C), rows (R) i32, out (R,C)");
-}
-
-void gather_rows_backward(Context& ctx, Tensor& dx, const Tensor& dout, const Tensor& rows) {
-  GRPO_CHECK_MSG(dx.ndim == 2 && rows.dtype == DType::i32, "gather_rows_backward: dx (T,C), rows (R) i32");
-  const int64_t R = rows.numel(), C = dx.shape[1];
+void gather_rows_backward(Context& ctx, Tensor& dsrc, const Tensor& dout, const Tensor& idx, bool accumulate) {
+  GRPO_CHECK_MSG(dsrc.ndim == 2 && idx.dtype == DType::i32, "gather_rows_backward: dsrc (N,C), idx (R) i32");
+  const int64_t R = idx.numel(), C = dsrc.shape[1];
   GRPO_CHECK_MSG(dout.numel() == R * C, "gather_rows_backward: dout must be (R,C)");
-  if (dx.nbytes()) CUDA_CHECK(cudaMemsetAsync(dx.data, 0, dx.nbytes(), stream_of(ctx)));
-  scatter_add_rows(ctx, dx.data, dx.dtype, dx.shape[0], dout.data, dout.dtype, rows.ptr<int32_t>(), R, C);
+  if (!accumulate && dsrc.nbytes()) CUDA_CHECK(cudaMemsetAsync(dsrc.data, 0, dsrc.nbytes(), stream_of(ctx)));
+  scatter_add_rows(ctx, dsrc.data, dsrc.dtype, dsrc.shape[0], dout.data, dout.dtype, idx.ptr<int32_t>(), R, C);
 }
 
 }  // namespace grpo::cuda
