@@ -77,8 +77,8 @@ TEST(ConfigChecks, LossFamilyKeys) {
   // The resolved config written to the run directory parses back to the same values.
   auto back = run_config_parse(run_config_to_toml(c.value()), "back.toml");
   ASSERT_TRUE(back.ok()) << back.status().message();
-  EXPECT_EQ(back->train.importance_sampling_level, "sequence");
-  EXPECT_EQ(back->train.loss_type, "cispo");
+  EXPECT_EQ(back->train.importance_sampling_level, IsLevel::sequence);
+  EXPECT_EQ(back->train.loss_type, LossType::cispo);
 }
 
 TEST(ConfigChecks, CommandsRefuseDtypesTheCpuCannotRun) {
