@@ -14,6 +14,7 @@
 
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cli/enum_flag.h"
 #include "core/context.h"
 #include "core/log.h"
 #include "engine/engine.h"
@@ -31,7 +32,9 @@ std::atomic<int> g_signal{0};
 extern "C" void on_stop_signal(int sig) { g_signal = sig; }
 
 struct Args {
-  std::string model, device = "cpu", dtype, chat_template_file;
+  std::string model, chat_template_file;
+  Device device = Device::cpu;
+  std::optional<DType> dtype;  // default: f32 on cpu, bf16 on cuda
   ServerOptions srv;
   EngineConfig engine;  // --block-size, --gpu-memory-utilization, ... (cli/engine_flags.h)
   int threads = 0;
@@ -59,14 +62,12 @@ int run(const Args& a) {
   if (!vs.ok()) return cli::fail(cmd, vs.message());
 
   ContextOptions co;
-  co.device = a.device == "cuda" ? Device::cuda : Device::cpu;
+  co.device = a.device;
   co.n_threads = a.threads;
   co.deterministic = a.deterministic;
   if (co.device == Device::cuda && !cuda_available())
     return cli::fail(cmd, "--device cuda: this build has no CUDA backend or no GPU is visible; use --device cpu");
-  DType dt = co.device == Device::cuda ? DType::bf16 : DType::f32;
-  if (a.dtype == "f32") dt = DType::f32;
-  else if (a.dtype == "bf16") dt = DType::bf16;
+  const DType dt = a.dtype.value_or(co.device == Device::cuda ? DType::bf16 : DType::f32);
   if (co.device == Device::cpu && dt != DType::f32) return cli::fail(cmd, "--dtype: the CPU backend runs f32 only");
   Context ctx(co);
   auto w = model_load(a.model, co.device, dt, &ctx);
@@ -124,9 +125,8 @@ cli::CommandRegistrar reg("serve", "Serve the model over an OpenAI- and vLLM-com
   sub->add_option("--write-timeout", a->srv.write_timeout_s, "Seconds a client may stall while receiving");
   sub->add_option("--drain-timeout", a->drain_timeout_s, "Seconds SIGTERM waits for in-flight requests");
   sub->add_option("--seed", a->seed, "Engine seed for requests without a seed");
-  sub->add_option("--device", a->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-  sub->add_option("--dtype", a->dtype, "Weights dtype: f32 or bf16 (default: f32 on cpu, bf16 on cuda)")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+  cli::add_enum(sub, "--device", &a->device, cli::device_flag_names(), "Device");
+  cli::add_enum(sub, "--dtype", &a->dtype, cli::engine_dtype_flag_names(), "Weights dtype", "f32 on cpu, bf16 on cuda");
   cli::add_engine_flags(sub, &a->engine);
   sub->add_flag("--deterministic", a->deterministic, "Batch-invariant kernels");
   sub->add_option("--threads", a->threads, "CPU threads (0 = all)");

@@ -84,11 +84,6 @@ std::span<const EnumName<LrScheduleType>> lr_schedule_names() {
       {"constant", LrScheduleType::constant}, {"linear", LrScheduleType::linear}, {"cosine", LrScheduleType::cosine}};
   return n;
 }
-std::span<const EnumName<ScaleRewards>> scale_rewards_names() {
-  static constexpr EnumName<ScaleRewards> n[] = {
-      {"group", ScaleRewards::group}, {"batch", ScaleRewards::batch}, {"none", ScaleRewards::none}};
-  return n;
-}
 std::span<const EnumName<ProgressSetting>> progress_names() {
   static constexpr EnumName<ProgressSetting> n[] = {{"auto", ProgressSetting::automatic}, {"bar", ProgressSetting::bar},
                                                     {"plain", ProgressSetting::plain}, {"off", ProgressSetting::off}};

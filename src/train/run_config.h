@@ -53,7 +53,6 @@ std::string device_spec_name(DeviceSpec d);                       // the spellin
 std::span<const EnumName<ArithmeticStyle>> arithmetic_style_names();  // compact, verbose, expression
 std::span<const EnumName<BadLinePolicy>> bad_line_names();             // fail, skip
 std::span<const EnumName<LrScheduleType>> lr_schedule_names();         // constant, linear, cosine
-std::span<const EnumName<ScaleRewards>> scale_rewards_names();         // group, batch, none
 std::span<const EnumName<ProgressSetting>> progress_names();           // auto, bar, plain, off
 std::span<const EnumName<LogLevel>> log_level_names();                 // debug, info, warn, error, quiet
 std::span<const EnumName<CurriculumType>> curriculum_type_names();     // none, kde_valley
@@ -63,7 +62,7 @@ std::span<const EnumName<Split>> eval_split_names();                   // test, 
 std::span<const EnumName<StalePolicy>> stale_policy_names();           // drop, down_weight
 std::span<const EnumName<EarlyStoppingMetric>> early_stopping_metric_names();  // eval/accuracy, eval/reward
 // train.loss_type, train.importance_sampling(_level): loss_type_names(), is_mode_names(),
-// is_level_names() (train/grpo_loss.h).
+// is_level_names() (train/grpo_loss.h); train.scale_rewards: scale_rewards_names() (train/advantages.h).
 
 struct RunSection {
   std::string output_dir = "runs/default";  // metrics, checkpoints, resolved config go here
