@@ -98,7 +98,7 @@ int run_config_bench(const std::string& config_path, const std::vector<std::stri
     DistLaunch dl;
     dl.kind = LaunchKind::mpi;
     dl.timeout_s = cfg->dist.timeout_s;
-    auto c = dist_init(dl, cfg->model.device == "cpu" ? Device::cpu : Device::cuda);
+    auto c = dist_init(dl, cfg->model.device.kind);
     if (!c.ok()) {
       std::fprintf(stderr, "bench_grpo: %s\n", c.status().message().c_str());
       return 1;

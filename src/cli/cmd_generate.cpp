@@ -9,6 +9,7 @@
 
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cli/enum_flag.h"
 #include "core/context.h"
 #include "core/log.h"
 #include "core/timer.h"
@@ -24,7 +25,9 @@ namespace {
 using namespace grpo;
 
 struct Args {
-  std::string model, prompt, ids, system, device = "cpu", dtype, lora;
+  std::string model, prompt, ids, system, lora;
+  Device device = Device::cpu;
+  std::optional<DType> dtype;  // default: f32 on cpu, bf16 on cuda
   bool chat = false, ignore_eos = false, show_logprobs = false;
   bool deterministic = false;
   float temperature = 1.f, top_p = 1.f, min_p = 0.f;
@@ -90,14 +93,12 @@ int run(const Args& a) {
   const char* cmd = "generate";
   if (a.prompt.empty() == a.ids.empty()) return cli::fail(cmd, "give exactly one of --prompt TEXT or --ids \"1,2,3\"");
   ContextOptions co;
-  co.device = a.device == "cuda" ? Device::cuda : Device::cpu;
+  co.device = a.device;
   co.n_threads = a.threads;
   co.deterministic = a.deterministic;
   if (co.device == Device::cuda && !cuda_available())
     return cli::fail(cmd, "--device cuda: this build has no CUDA backend or no GPU is visible; use --device cpu");
-  DType dt = co.device == Device::cuda ? DType::bf16 : DType::f32;
-  if (a.dtype == "f32") dt = DType::f32;
-  else if (a.dtype == "bf16") dt = DType::bf16;
+  const DType dt = a.dtype.value_or(co.device == Device::cuda ? DType::bf16 : DType::f32);
   if (co.device == Device::cpu && dt != DType::f32) return cli::fail(cmd, "--dtype: the CPU backend runs f32 only");
   Context ctx(co);
 
@@ -205,9 +206,8 @@ cli::CommandRegistrar reg("generate", "Generate completions for a prompt with th
   sub->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at EOS");
   sub->add_flag("--logprobs", a->show_logprobs, "Print each token's logprob");
   sub->add_option("--top-logprobs", a->top_logprobs, "Also compute this many best logprobs per token");
-  sub->add_option("--device", a->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-  sub->add_option("--dtype", a->dtype, "Weights/KV dtype: f32 or bf16 (default: f32 on cpu, bf16 on cuda)")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+  cli::add_enum(sub, "--device", &a->device, cli::device_flag_names(), "Device");
+  cli::add_enum(sub, "--dtype", &a->dtype, cli::engine_dtype_flag_names(), "Weights/KV dtype", "f32 on cpu, bf16 on cuda");
   cli::add_engine_flags(sub, &a->engine);
   sub->add_flag("--deterministic", a->deterministic, "Batch-invariant kernels");
   sub->add_option("--threads", a->threads, "CPU threads (0 = all)");

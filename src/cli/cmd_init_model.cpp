@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/enum_flag.h"
 #include "core/context.h"
 #include "core/log.h"
 #include "core/timer.h"
@@ -32,8 +33,14 @@ std::string resolve_tokenizer_dir(const std::string& dir, const std::string& pre
   return "";
 }
 
+std::span<const grpo::EnumName<grpo::DType>> stored_dtype_names() {
+  static constexpr grpo::EnumName<grpo::DType> n[] = {{"bf16", grpo::DType::bf16}, {"f32", grpo::DType::f32}};
+  return n;
+}
+
 struct Args {
-  std::string preset, out, dtype = "bf16", tokenizer_dir;
+  std::string preset, out, tokenizer_dir;
+  grpo::DType dtype = grpo::DType::bf16;
   uint64_t seed = 0;
   int vocab = 0, layers = 0, hidden = 0, threads = 0;
   bool no_tokenizer = false;
@@ -47,7 +54,7 @@ grpo::cli::CommandRegistrar reg("init-model", "Write a randomly initialised Hugg
   sub->add_option("--preset", a->preset, "Model shape: " + names)->required();
   sub->add_option("--out", a->out, "Output directory")->required();
   sub->add_option("--seed", a->seed, "RNG seed (same seed, same weights)");
-  sub->add_option("--dtype", a->dtype, "Stored dtype: bf16 or f32")->check(CLI::IsMember({"bf16", "f32"}));
+  grpo::cli::add_enum(sub, "--dtype", &a->dtype, stored_dtype_names(), "Stored dtype");
   sub->add_option("--tokenizer-dir", a->tokenizer_dir,
                   "Tokenizer files to ship (a folder with tokenizer.json, or shared/data/tokenizers); "
                   "tiny presets take its vocabulary size");
@@ -61,7 +68,7 @@ grpo::cli::CommandRegistrar reg("init-model", "Write a randomly initialised Hugg
     o.preset = a->preset;
     o.out_dir = a->out;
     o.seed = a->seed;
-    o.dtype = a->dtype == "f32" ? grpo::DType::f32 : grpo::DType::bf16;
+    o.dtype = a->dtype;
     o.overrides = {a->vocab, a->layers, a->hidden};
     if (!a->no_tokenizer) {
       if (!a->tokenizer_dir.empty()) {
@@ -83,7 +90,7 @@ grpo::cli::CommandRegistrar reg("init-model", "Write a randomly initialised Hugg
     grpo::Status s = grpo::init_model_write(o, &ctx);
     if (!s.ok()) return grpo::cli::fail("init-model", s.message());
     std::printf("wrote %s (preset %s, seed %llu, %s%s%s) in %.2f s\n", o.out_dir.c_str(), o.preset.c_str(),
-                (unsigned long long)o.seed, a->dtype.c_str(), o.tokenizer_dir.empty() ? "" : ", tokenizer from ",
+                (unsigned long long)o.seed, grpo::dtype_name(a->dtype), o.tokenizer_dir.empty() ? "" : ", tokenizer from ",
                 o.tokenizer_dir.c_str(), grpo::now_seconds() - t0);
     return 0;
   };

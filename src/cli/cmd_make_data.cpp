@@ -6,19 +6,26 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/enum_flag.h"
 #include "env/arithmetic.h"
+#include "train/run_config.h"
 
 namespace {
 
+std::span<const grpo::EnumName<grpo::Split>> split_names() {
+  static constexpr grpo::EnumName<grpo::Split> n[] = {{"train", grpo::Split::train}, {"test", grpo::Split::test}};
+  return n;
+}
+
 struct Opts {
   std::string env = "arithmetic";
-  std::string split = "train";
+  grpo::Split split = grpo::Split::train;
   std::string out;
   size_t n = 1000;
   size_t offset = 0;
   uint64_t seed = 1;
   int difficulty = 1;
-  std::string style = "compact";
+  grpo::ArithmeticStyle style = grpo::ArithmeticStyle::compact;
   std::string prompt_suffix = "\n";
 };
 
@@ -27,16 +34,12 @@ int run(const Opts& o) {
   grpo::ArithmeticConfig cfg;
   cfg.seed = o.seed;
   cfg.difficulty = o.difficulty;
-  if (o.style == "compact") cfg.style = grpo::ArithmeticStyle::compact;
-  else if (o.style == "verbose") cfg.style = grpo::ArithmeticStyle::verbose;
-  else if (o.style == "expression") cfg.style = grpo::ArithmeticStyle::expression;
-  else return grpo::cli::fail(cmd, "--style must be compact, verbose or expression, not '" + o.style + "'");
-  if (o.split != "train" && o.split != "test") return grpo::cli::fail(cmd, "--split must be train or test");
+  cfg.style = o.style;
   cfg.train_size = std::max(cfg.train_size, o.offset + o.n);
   grpo::Status st = cfg.validate();
   if (!st.ok()) return grpo::cli::fail(cmd, st.message());
   grpo::ArithmeticEnv env(cfg);
-  grpo::Split split = o.split == "train" ? grpo::Split::train : grpo::Split::test;
+  const grpo::Split split = o.split;
   size_t avail = env.size(split);
   if (o.offset >= avail) return grpo::cli::fail(cmd, "--offset is past the end of the split");
   size_t n = std::min(o.n, avail - o.offset);
@@ -53,7 +56,7 @@ int run(const Opts& o) {
   f.close();
   if (!f || std::rename((o.out + ".tmp").c_str(), o.out.c_str()) != 0)
     return grpo::cli::fail(cmd, "failed to write " + o.out);
-  std::printf("wrote %zu %s examples to %s\n", n, o.split.c_str(), o.out.c_str());
+  std::printf("wrote %zu %s examples to %s\n", n, grpo::enum_name(split_names(), o.split), o.out.c_str());
   return 0;
 }
 
@@ -63,12 +66,12 @@ grpo::cli::CommandRegistrar reg("make-data", "Write examples of a synthetic envi
                                   sub->add_option("env", o->env, "environment (arithmetic)")
                                       ->check(CLI::IsMember({"arithmetic"}));
                                   sub->add_option("--out", o->out, "output .jsonl")->required();
-                                  sub->add_option("--split", o->split, "train | test");
+                                  grpo::cli::add_enum(sub, "--split", &o->split, split_names(), "Split");
                                   sub->add_option("-n,--n", o->n, "number of examples");
                                   sub->add_option("--offset", o->offset, "first example index");
                                   sub->add_option("--seed", o->seed, "environment seed");
                                   sub->add_option("--difficulty", o->difficulty, "0..3");
-                                  sub->add_option("--style", o->style, "compact | verbose | expression");
+                                  grpo::cli::add_enum(sub, "--style", &o->style, grpo::arithmetic_style_names(), "Problem style");
                                   sub->add_option("--prompt-suffix", o->prompt_suffix,
                                                   "text appended to each prompt (default newline)");
                                   return [o]() { return run(*o); };

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/enum_flag.h"
 #include "core/log.h"
 #include "model/checkpoint.h"
 #include "model/lora.h"
@@ -13,19 +14,22 @@ namespace {
 
 using namespace grpo;
 
+std::span<const EnumName<SaveDType>> save_dtype_names() {
+  static constexpr EnumName<SaveDType> n[] = {{"as_loaded", SaveDType::as_loaded}, {"bf16", SaveDType::bf16},
+                                              {"f16", SaveDType::f16}, {"f32", SaveDType::f32}};
+  return n;
+}
+
 struct Args {
-  std::string model, lora, out, dtype = "as_loaded";
+  std::string model, lora, out;
+  SaveDType dtype = SaveDType::as_loaded;
 };
 
 int run(const Args& a) {
   const std::string cmd = "merge-lora";
   if (a.out == a.model) return cli::fail(cmd, "--out must differ from --model (the base stays untouched)");
   SaveOptions so;
-  if (a.dtype == "bf16") so.dtype = SaveDType::bf16;
-  else if (a.dtype == "f32") so.dtype = SaveDType::f32;
-  else if (a.dtype == "f16") so.dtype = SaveDType::f16;
-  else if (a.dtype != "as_loaded")
-    return cli::fail(cmd, "--dtype " + a.dtype + ": use as_loaded, bf16, f16 or f32");
+  so.dtype = a.dtype;
   // f32 on the host: the merge adds scaling·B·A once and rounds once, on save.
   auto w = model_load(a.model, Device::cpu, DType::f32);
   if (!w.ok()) return cli::fail(cmd, w.status().with_context("--model").message());
@@ -45,8 +49,8 @@ cli::CommandRegistrar reg("merge-lora", "Merge a PEFT LoRA adapter into its base
                             sub->add_option("--model", a->model, "Base model directory (Hugging Face)")->required();
                             sub->add_option("--lora", a->lora, "PEFT LoRA adapter directory")->required();
                             sub->add_option("--out", a->out, "Output model directory")->required();
-                            sub->add_option("--dtype", a->dtype,
-                                            "Saved dtype: as_loaded (the base's torch_dtype), bf16, f16 or f32");
+                            cli::add_enum(sub, "--dtype", &a->dtype, save_dtype_names(),
+                                          "Saved dtype (as_loaded: the base's torch_dtype)");
                             return [a] { return run(*a); };
                           });
 

@@ -55,7 +55,7 @@ int run(const Args& a) {
   }
   MemoryPlanInput in;
   in.model = mc;
-  in.dtype = cfg.model.dtype == "f32" ? DType::f32 : cfg.model.dtype == "f16" ? DType::f16 : DType::bf16;
+  in.dtype = cfg.model.dtype;
   // As the trainer sizes its largest micro-batch (train/loop_setup.cpp memory_use).
   const int64_t seq_len = a.prompt_tokens + std::max(cfg.rollout.max_new_tokens, cfg.eval.max_new_tokens);
   in.micro_batch_tokens = std::max(seq_len, std::min(cfg.train.micro_batch_tokens, cfg.train.micro_batch * seq_len));

@@ -16,6 +16,7 @@
 
 #include "cli/command.h"
 #include "cli/engine_flags.h"
+#include "cli/enum_flag.h"
 #include "core/context.h"
 #include "core/log.h"
 #include "core/timer.h"
@@ -39,7 +40,9 @@ std::atomic<int> g_signal{0};
 extern "C" void on_stop_signal(int sig) { g_signal = sig; }
 
 struct Args {
-  std::string model, device = "cpu", dtype, chat_template_file, lora, watch, attach, receive;
+  std::string model, chat_template_file, lora, watch, attach, receive;
+  Device device = Device::cpu;
+  std::optional<DType> dtype;  // default: f32 on cpu, bf16 on cuda
   int receive_rank = 1;
   double receive_timeout_s = 3600;
   double attach_poll_s = 0.001;
@@ -64,7 +67,7 @@ int run(Args a) {
     if (!cuda_available())
       return cli::fail(cmd, "--attach: this build has no CUDA backend or no GPU is visible; the CUDA IPC bridge maps "
                             "the trainer's GPU memory (on the CPU, follow the run's checkpoints with --watch RUN_DIR)");
-    if (a.device != "cuda") return cli::fail(cmd, "--attach serves from GPU memory: add --device cuda");
+    if (a.device != Device::cuda) return cli::fail(cmd, "--attach serves from GPU memory: add --device cuda");
     auto at = IpcAttachment::open(a.attach);
     if (!at.ok()) return cli::fail(cmd, at.status().message());
     attach = std::move(at).value();
@@ -87,19 +90,17 @@ int run(Args a) {
   if (!vs.ok()) return cli::fail(cmd, vs.message());
 
   ContextOptions co;
-  co.device = a.device == "cuda" ? Device::cuda : Device::cpu;
+  co.device = a.device;
   co.n_threads = a.threads;
   co.deterministic = a.deterministic;
   if (co.device == Device::cuda && !cuda_available())
     return cli::fail(cmd, "--device cuda: this build has no CUDA backend or no GPU is visible; use --device cpu");
-  DType dt = co.device == Device::cuda ? DType::bf16 : DType::f32;
-  if (a.dtype == "f32") dt = DType::f32;
-  else if (a.dtype == "bf16") dt = DType::bf16;
+  DType dt = a.dtype.value_or(co.device == Device::cuda ? DType::bf16 : DType::f32);
   if (co.device == Device::cpu && dt != DType::f32) return cli::fail(cmd, "--dtype: the CPU backend runs f32 only");
   Context ctx(co);
   Result<ModelWeights> w = attach ? Result<ModelWeights>(error_status("")) : model_load(a.model, co.device, dt, &ctx);
   if (!attach && !w.ok()) return cli::fail(cmd, w.status().message());
-  if (attach && a.dtype.empty()) dt = attach->weights().dtype;  // the trainer's arena is what there is to serve
+  if (attach && !a.dtype) dt = attach->weights().dtype;  // the trainer's arena is what there is to serve
   if (attach && attach->weights().dtype != dt)
     return cli::fail(cmd, std::string("--dtype: the trainer's weights are ") + dtype_name(attach->weights().dtype));
   ModelWeights& weights = attach ? attach->weights() : w.value();
@@ -287,9 +288,8 @@ cli::CommandRegistrar reg("serve", "Serve the model over an OpenAI- and vLLM-com
                   "checkpoint/model directory) between requests");
   sub->add_option("--watch-interval", a->watch_interval_s, "Seconds between --watch scans");
   sub->add_option("--seed", a->seed, "Engine seed for requests without a seed");
-  sub->add_option("--device", a->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-  sub->add_option("--dtype", a->dtype, "Weights dtype: f32 or bf16 (default: f32 on cpu, bf16 on cuda)")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+  cli::add_enum(sub, "--device", &a->device, cli::device_flag_names(), "Device");
+  cli::add_enum(sub, "--dtype", &a->dtype, cli::engine_dtype_flag_names(), "Weights dtype", "f32 on cpu, bf16 on cuda");
   cli::add_engine_flags(sub, &a->engine);
   sub->add_flag("--deterministic", a->deterministic, "Batch-invariant kernels");
   sub->add_option("--threads", a->threads, "CPU threads (0 = all)");

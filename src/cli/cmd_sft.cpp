@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli/command.h"
+#include "cli/enum_flag.h"
 #include "core/context.h"
 #include "core/log.h"
 #include "core/timer.h"
@@ -23,7 +24,9 @@
 namespace {
 
 struct Args {
-  std::string model, data, out, device = "cpu", dtype, scheduler = "linear";
+  std::string model, data, out, scheduler = "linear";
+  grpo::Device device = grpo::Device::cpu;
+  std::optional<grpo::DType> dtype;  // default: f32 on cpu, bf16 on cuda
   int epochs = 1, batch_size = 8, micro_tokens = 4096, max_len = 1024, threads = 0, log_every = 1;
   int64_t warmup_steps = -1;
   double lr = 1e-5, warmup_ratio = 0.0, weight_decay = 0.0, max_grad_norm = 1.0;
@@ -67,14 +70,11 @@ grpo::Result<std::vector<grpo::GrpoSample>> load_examples(const Args& a, const g
 int run(const Args& a) {
   using namespace grpo;
   const std::string cmd = "sft";
-  if (a.device != "cpu" && a.device != "cuda") return cli::fail(cmd, "--device must be cpu or cuda");
   ContextOptions co;
-  co.device = a.device == "cuda" ? Device::cuda : Device::cpu;
+  co.device = a.device;
   co.n_threads = a.threads;
   if (co.device == Device::cuda && !cuda_available()) return cli::fail(cmd, "--device cuda: no CUDA device in this build/machine");
-  const std::string dts = a.dtype.empty() ? (co.device == Device::cpu ? "f32" : "bf16") : a.dtype;
-  if (dts != "f32" && dts != "bf16") return cli::fail(cmd, "--dtype must be f32 or bf16");
-  const DType dt = dts == "f32" ? DType::f32 : DType::bf16;
+  const DType dt = a.dtype.value_or(co.device == Device::cpu ? DType::f32 : DType::bf16);
   if (co.device == Device::cpu && dt != DType::f32) return cli::fail(cmd, "the CPU backend trains in f32 (--dtype f32)");
   Context ctx(co);
 
@@ -115,7 +115,7 @@ int run(const Args& a) {
 
   std::printf("sft: %lld examples, %d epochs, %lld steps of %d, lr %g (%s, warmup %lld), %s %s\n", (long long)n,
               a.epochs, (long long)sched.total_steps, a.batch_size, a.lr, lr_schedule_name(sched.type),
-              (long long)sched.warmup_steps, a.device.c_str(), dts.c_str());
+              (long long)sched.warmup_steps, device_name(co.device), dtype_name(dt));
   std::mt19937_64 rng(a.seed);
   std::vector<int64_t> order(static_cast<size_t>(n));
   int64_t step = 0;
@@ -163,8 +163,8 @@ grpo::cli::CommandRegistrar reg("sft", "Supervised fine-tuning on prompt/complet
   sub->add_option("--weight-decay", a->weight_decay, "AdamW weight decay (not on norms and biases)");
   sub->add_option("--max-grad-norm", a->max_grad_norm, "Global gradient-norm clip (0 = off)");
   sub->add_option("--seed", a->seed, "Shuffle seed");
-  sub->add_option("--device", a->device, "cpu or cuda");
-  sub->add_option("--dtype", a->dtype, "Parameter dtype: f32 (cpu) or bf16 (cuda default)");
+  grpo::cli::add_enum(sub, "--device", &a->device, grpo::cli::device_flag_names(), "Device");
+  grpo::cli::add_enum(sub, "--dtype", &a->dtype, grpo::cli::engine_dtype_flag_names(), "Parameter dtype", "f32 on cpu, bf16 on cuda");
   sub->add_option("--threads", a->threads, "CPU threads (0 = all)");
   sub->add_option("--log-every", a->log_every, "Print every N steps");
   sub->add_flag("--no-eos", a->no_eos, "Do not append EOS to each completion");

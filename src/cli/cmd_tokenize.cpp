@@ -10,6 +10,8 @@
 #include <sstream>
 
 #include "cli/command.h"
+#include "cli/enum_flag.h"
+#include "train/run_config.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -18,8 +20,9 @@ namespace {
 using ojson = nlohmann::ordered_json;
 
 struct Args {
-  std::string model, tokenizer, preset, text, jsonl, on_error = "fail", system, date, chat_template;
+  std::string model, tokenizer, preset, text, jsonl, system, date, chat_template;
   bool tokens = false, chat = false, add_special = false, no_thinking = false;
+  grpo::BadLinePolicy on_error = grpo::BadLinePolicy::fail;
 };
 
 // Text -> output object, or an error message.
@@ -66,7 +69,6 @@ int run(const Args& a) {
   const char* cmd = "tokenize";
   if (a.model.empty() == a.tokenizer.empty()) return grpo::cli::fail(cmd, "give exactly one of --model DIR or --tokenizer FILE");
   if (!a.text.empty() && !a.jsonl.empty()) return grpo::cli::fail(cmd, "give --text or --jsonl, not both");
-  if (a.on_error != "fail" && a.on_error != "skip") return grpo::cli::fail(cmd, "--on-error must be 'fail' or 'skip'");
   grpo::TokenizerOptions opt;
   opt.preset = a.preset;
   auto loaded = grpo::Tokenizer::load(a.model.empty() ? a.tokenizer : a.model, opt);
@@ -120,7 +122,7 @@ int run(const Args& a) {
     }
     std::string where = a.jsonl + ":" + std::to_string(line_no);
     if (!err.empty()) {
-      if (a.on_error == "fail") return grpo::cli::fail(cmd, where + ": " + err + " (use --on-error skip to skip such lines)");
+      if (a.on_error == grpo::BadLinePolicy::fail) return grpo::cli::fail(cmd, where + ": " + err + " (use --on-error skip to skip such lines)");
       std::fprintf(stderr, "grpo tokenize: skipping %s: %s\n", where.c_str(), err.c_str());
       ++n_skipped;
       continue;
@@ -150,7 +152,7 @@ grpo::cli::CommandRegistrar reg("tokenize", "Tokenize text with a model's tokeni
   sub->add_option("--chat-template", a->chat_template, "with --chat: a .jinja file instead of the tokenizer's template");
   sub->add_flag("--no-thinking", a->no_thinking, "with --chat: enable_thinking=false (Qwen3)");
   sub->add_flag("--add-special", a->add_special, "add the tokenizer's bos/eos (post-processor) tokens");
-  sub->add_option("--on-error", a->on_error, "bad JSONL line: fail (default) or skip");
+  grpo::cli::add_enum(sub, "--on-error", &a->on_error, grpo::bad_line_names(), "Bad JSONL line");
   return [a]() { return run(*a); };
 });
 

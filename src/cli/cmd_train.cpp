@@ -123,7 +123,7 @@ grpo::cli::CommandRegistrar reg("train", "Train a model with GRPO from a TOML ru
     if (!launch.ok()) return grpo::cli::fail("train", launch.status().message());
     grpo::DistLaunch dl = launch.value();
     dl.timeout_s = cfg.value().dist.timeout_s;
-    const grpo::Device dev = cfg.value().model.device == "cpu" ? grpo::Device::cpu : grpo::Device::cuda;
+    const grpo::Device dev = cfg.value().model.device.kind;
     if (dev == grpo::Device::cuda) grpo::cli::dist_pin_local_gpu(dl);
     std::unique_ptr<grpo::Communicator> comm;
     if (dl.kind != grpo::LaunchKind::single) {

@@ -4,28 +4,19 @@
 #include <cstring>
 #include <string>
 
+#include "cli/enum_flag.h"
 #include "engine/speculative.h"
 
 namespace grpo::cli {
 
-namespace {
-
-// A CLI11 option over an enum-like value, parsed through the value's one name table.
-template <class E>
-CLI::Option* add_enum(CLI::App* app, const std::string& flag, E* out, std::span<const EnumName<E>> table,
-                      const std::string& help) {
-  return app
-      ->add_option_function<std::string>(
-          flag,
-          [out, table, flag](const std::string& s) {
-            auto v = enum_parse(table, s);
-            if (!v) throw CLI::ValidationError(flag, "'" + s + "' is not one of " + enum_allowed(table));
-            *out = *v;
-          },
-          help + " (" + enum_allowed(table) + "; default " + enum_name(table, *out) + ")");
+std::span<const EnumName<Device>> device_flag_names() {
+  static constexpr EnumName<Device> n[] = {{"cpu", Device::cpu}, {"cuda", Device::cuda}};
+  return n;
 }
-
-}  // namespace
+std::span<const EnumName<DType>> engine_dtype_flag_names() {
+  static constexpr EnumName<DType> n[] = {{"f32", DType::f32}, {"bf16", DType::bf16}};
+  return n;
+}
 
 void add_engine_flags(CLI::App* app, EngineConfig* c) {
   const std::string g = "Engine";

@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace grpo {
 
@@ -37,6 +38,14 @@ std::string enum_allowed(std::span<const EnumName<E>> table) {
   std::string s;
   for (const auto& e : table) s += (s.empty() ? "" : ", ") + std::string(e.name);
   return s;
+}
+
+// Every name of the table (aliases included), for lists kept as strings.
+template <class E>
+std::vector<std::string> enum_names(std::span<const EnumName<E>> table) {
+  std::vector<std::string> v;
+  for (const auto& e : table) v.emplace_back(e.name);
+  return v;
 }
 
 }  // namespace grpo

@@ -43,16 +43,12 @@ Result<HttpUrl> http_url_parse(const std::string& url) {
 }
 
 Status remote_reward_check(const std::string& fn, const json& p) {
-  if (p["on_failure"] != "error" && p["on_failure"] != "zero")
-    return bad(fn, p, "on_failure", "must be \"error\" (stop with the reason) or \"zero\" (score 0 and count it)");
   if (!(p["timeout"].get<double>() > 0)) return bad(fn, p, "timeout", "must be > 0 seconds");
   if (fn == "http") {
     if (p["url"].get<std::string>().empty())
       return error_status("reward 'http': missing url (e.g. url = \"http://127.0.0.1:8000/score\")");
     auto u = http_url_parse(p["url"].get<std::string>());
     if (!u.ok()) return error_status("reward 'http': " + u.status().message());
-    if (p["mode"] != "batch" && p["mode"] != "single")
-      return bad(fn, p, "mode", "must be \"batch\" ({\"items\": [...]} -> {\"scores\": [...]}) or \"single\" (one item -> {\"score\": x})");
     if (p["batch_size"].get<int64_t>() < 1) return bad(fn, p, "batch_size", "must be >= 1");
     if (p["max_concurrency"].get<int64_t>() < 1 || p["max_concurrency"].get<int64_t>() > 256)
       return bad(fn, p, "max_concurrency", "must be in 1..256");

@@ -21,7 +21,7 @@ class CommandReward : public RewardFunction {
   CommandReward(double w, const json& p)
       : RewardFunction("command", w), argv_(p["command"].get<std::vector<std::string>>()),
         timeout_s_(p["timeout"].get<double>()), restart_(p["restart"].get<bool>()),
-        max_in_flight_(size_t(p["max_in_flight"].get<int64_t>())), zero_on_failure_(p["on_failure"] == "zero") {
+        max_in_flight_(size_t(p["max_in_flight"].get<int64_t>())), zero_on_failure_(reward_param_enum(p, "on_failure", on_failure_names()) == OnFailure::zero) {
     for (const auto& a : argv_) shown_ += (shown_.empty() ? "" : " ") + a;
     shown_ = clip(shown_, 120);
   }

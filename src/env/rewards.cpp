@@ -1,6 +1,7 @@
 // Reward functions and composition. Definitions and defaults in rewards.h.
 #include "env/rewards.h"
 
+#include <algorithm>
 #include <cmath>
 #include <thread>
 
@@ -69,7 +70,7 @@ class LengthLinearReward : public RewardFunction {
  public:
   LengthLinearReward(std::string n, double w, const json& p)
       : RewardFunction(std::move(n), w), target_(p["target"]), scale_(p["scale"]),
-        max_penalty_(p["max_penalty"]), tokens_(p["unit"] == "tokens") {}
+        max_penalty_(p["max_penalty"]), tokens_(reward_param_enum(p, "unit", length_unit_names()) == LengthUnit::tokens) {}
   float compute(std::string_view, std::string_view c, const Example&, const Telemetry& t) const override {
     double over = length_of(c, t, tokens_) - target_;
     return over <= 0 ? 0.0f : static_cast<float>(-std::min(max_penalty_, over / scale_));
@@ -83,7 +84,8 @@ class LengthLinearReward : public RewardFunction {
 class OverlongReward : public RewardFunction {
  public:
   OverlongReward(std::string n, double w, const json& p)
-      : RewardFunction(std::move(n), w), max_len_(p["max_len"]), cache_len_(p["cache_len"]), tokens_(p["unit"] == "tokens") {}
+      : RewardFunction(std::move(n), w), max_len_(p["max_len"]), cache_len_(p["cache_len"]),
+        tokens_(reward_param_enum(p, "unit", length_unit_names()) == LengthUnit::tokens) {}
   float compute(std::string_view, std::string_view c, const Example&, const Telemetry& t) const override {
     double len = length_of(c, t, tokens_), free_len = max_len_ - cache_len_;
     if (len <= free_len) return 0.0f;
@@ -100,7 +102,7 @@ class InferenceAwareReward : public RewardFunction {
  public:
   InferenceAwareReward(std::string n, double w, const json& p)
       : RewardFunction(std::move(n), w), a_(p["alpha_latency"]), b_(p["beta_tokens"]), g_(p["gamma_kv_mb"]),
-        d_(p["delta_accept"]), e_(p["epsilon_reuse"]), wall_(p["latency"] == "wall"), step_s_(p["latency_step_s"]),
+        d_(p["delta_accept"]), e_(p["epsilon_reuse"]), wall_(reward_param_enum(p, "latency", latency_source_names()) == LatencySource::wall), step_s_(p["latency_step_s"]),
         prefill_s_(p["latency_prefill_token_s"]) {}
   const std::vector<std::string>& term_names() const override {
     static const std::vector<std::string> names = {"task", "latency", "tokens", "kv_mb", "accept", "reuse"};
@@ -166,9 +168,6 @@ Status check_ranges(const std::string& fn, const json& p) {
   auto bad = [&](const char* key, const std::string& why) {
     return error_status("reward '" + fn + "': " + key + " = " + p[key].dump() + ": " + why);
   };
-  if (p.contains("unit") && p["unit"] != "tokens" && p["unit"] != "chars") return bad("unit", "must be \"tokens\" or \"chars\"");
-  if (p.contains("latency") && p["latency"] != "modelled" && p["latency"] != "wall")
-    return bad("latency", "must be \"modelled\" (engine steps x a cost model, reproducible) or \"wall\" (measured seconds)");
   for (const char* k : {"latency_step_s", "latency_prefill_token_s"})
     if (p.contains(k) && p[k].get<double>() < 0) return bad(k, "must be >= 0 (seconds)");
   if (fn == "length_linear") {
@@ -192,25 +191,51 @@ const std::vector<std::string>& RewardFunction::term_names() const {
   return none;
 }
 
+std::span<const EnumName<LengthUnit>> length_unit_names() {
+  static constexpr EnumName<LengthUnit> n[] = {{"tokens", LengthUnit::tokens}, {"chars", LengthUnit::chars}};
+  return n;
+}
+std::span<const EnumName<LatencySource>> latency_source_names() {
+  static constexpr EnumName<LatencySource> n[] = {{"modelled", LatencySource::modelled}, {"wall", LatencySource::wall}};
+  return n;
+}
+std::span<const EnumName<RemoteMode>> remote_mode_names() {
+  static constexpr EnumName<RemoteMode> n[] = {{"batch", RemoteMode::batch}, {"single", RemoteMode::single}};
+  return n;
+}
+std::span<const EnumName<OnFailure>> on_failure_names() {
+  static constexpr EnumName<OnFailure> n[] = {{"error", OnFailure::error}, {"zero", OnFailure::zero}};
+  return n;
+}
+
 const std::vector<RewardInfo>& reward_catalog() {
   using T = RewardParamType;
+  const auto unit = enum_names(length_unit_names());
+  const char* unit_hint = "tokens: Telemetry::n_tokens; chars: bytes of the completion text";
+  const auto on_failure = enum_names(on_failure_names());
+  const char* on_failure_hint = "error: stop with the reason; zero: score 0 and count it";
   static const std::vector<RewardInfo> cat = {
       {"correct", {}},
       {"format_strict", {{"think_in_prompt", T::boolean, false}}},
       {"format_soft", {{"think_in_prompt", T::boolean, false}}},
-      {"length_linear", {{"target", T::number, 256}, {"scale", T::number, 256}, {"max_penalty", T::number, 1.0}, {"unit", T::string, "tokens"}}},
-      {"length_overlong", {{"max_len", T::integer, 1024}, {"cache_len", T::integer, 256}, {"unit", T::string, "tokens"}}},
+      {"length_linear", {{"target", T::number, 256}, {"scale", T::number, 256}, {"max_penalty", T::number, 1.0},
+                         {"unit", T::string, "tokens", unit, unit_hint}}},
+      {"length_overlong", {{"max_len", T::integer, 1024}, {"cache_len", T::integer, 256},
+                           {"unit", T::string, "tokens", unit, unit_hint}}},
       {"inference_aware", {{"alpha_latency", T::number, 0.01}, {"beta_tokens", T::number, 0.0}, {"gamma_kv_mb", T::number, 0.0},
                            {"delta_accept", T::number, 0.0}, {"epsilon_reuse", T::number, 0.0},
-                           {"latency", T::string, "modelled"}, {"latency_step_s", T::number, 0.02},
+                           {"latency", T::string, "modelled", enum_names(latency_source_names()),
+                            "modelled: engine steps x a cost model, reproducible; wall: measured seconds"}, {"latency_step_s", T::number, 0.02},
                            {"latency_prefill_token_s", T::number, 0.0001}}},
-      {"http", {{"url", T::string, ""}, {"mode", T::string, "batch"}, {"batch_size", T::integer, 16},
+      {"http", {{"url", T::string, ""}, {"mode", T::string, "batch", enum_names(remote_mode_names()),
+                 "batch: {\"items\": [...]} -> {\"scores\": [...]}; single: one item -> {\"score\": x}"}, {"batch_size", T::integer, 16},
                 {"max_concurrency", T::integer, 4}, {"timeout", T::number, 30.0}, {"retries", T::integer, 2},
                 {"backoff", T::number, 0.5}, {"headers", T::string_table, json::object()},
-                {"api_key_env", T::string, ""}, {"on_failure", T::string, "error"}}},
+                {"api_key_env", T::string, ""},
+                {"on_failure", T::string, "error", on_failure, on_failure_hint}}},
       {"command", {{"command", T::string_list, json::array()}, {"timeout", T::number, 60.0},
                    {"restart", T::boolean, true}, {"max_in_flight", T::integer, 64},
-                   {"on_failure", T::string, "error"}}},
+                   {"on_failure", T::string, "error", on_failure, on_failure_hint}}},
   };
   return cat;
 }
@@ -245,6 +270,13 @@ Result<std::unique_ptr<RewardFunction>> reward_make(const RewardSpec& spec) {
     }
     if (!type_ok(it.value(), pi->type))
       return error_status("reward '" + spec.name + "': " + it.key() + " = " + it.value().dump() + ": expected " + type_name(pi->type));
+    if (!pi->choices.empty() &&
+        std::find(pi->choices.begin(), pi->choices.end(), it.value().get<std::string>()) == pi->choices.end()) {
+      std::string list;
+      for (const auto& c : pi->choices) list += (list.empty() ? "" : ", ") + c;
+      return error_status("reward '" + spec.name + "': " + it.key() + " = " + it.value().dump() + ": must be one of " +
+                          list + " (" + pi->hint + ")");
+    }
     p[it.key()] = it.value();
   }
   GRPO_TRY(check_ranges(info->name, p));

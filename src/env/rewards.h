@@ -57,6 +57,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/enum_table.h"
 #include "core/status.h"
 #include "env/dataset.h"
 #include "env/telemetry.h"
@@ -67,11 +68,32 @@ namespace grpo {
 // of string values (HTTP headers).
 enum class RewardParamType { number, integer, boolean, string, string_list, string_table };
 
+// A parameter's allowed values when it is enum-like (empty: any value of its type).
+// Each comes from the value's one name table; the hint explains the choice in errors.
 struct RewardParamInfo {
   std::string name;
   RewardParamType type;
   nlohmann::json default_value;
+  std::vector<std::string> choices = {};
+  const char* hint = "";
 };
+
+// Enum-like string parameters (their spellings are the TOML values).
+enum class LengthUnit { tokens, chars };        // length_linear, length_overlong: unit
+enum class LatencySource { modelled, wall };    // inference_aware: latency
+enum class RemoteMode { batch, single };        // http: mode
+enum class OnFailure { error, zero };           // http, command: on_failure
+std::span<const EnumName<LengthUnit>> length_unit_names();
+std::span<const EnumName<LatencySource>> latency_source_names();
+std::span<const EnumName<RemoteMode>> remote_mode_names();
+std::span<const EnumName<OnFailure>> on_failure_names();
+
+// The enum of a choice parameter of params that reward_make has completed and
+// checked (precondition: p[key] is one of the table's names).
+template <class E>
+E reward_param_enum(const nlohmann::json& p, const char* key, std::span<const EnumName<E>> table) {
+  return *enum_parse(table, p.at(key).template get<std::string>());
+}
 
 struct RewardInfo {
   std::string name;

@@ -4,21 +4,18 @@
 
 namespace grpo {
 
-Result<ScaleRewards> scale_rewards_from_string(const std::string& s) {
-  if (s == "group" || s == "true") return ScaleRewards::group;  // TRL accepted True for "group"
-  if (s == "batch") return ScaleRewards::batch;
-  if (s == "none" || s == "false") return ScaleRewards::none;
-  return error_status("scale_rewards: unknown value '" + s + "' (use group, batch or none)");
+std::span<const EnumName<ScaleRewards>> scale_rewards_names() {
+  static constexpr EnumName<ScaleRewards> n[] = {
+      {"group", ScaleRewards::group}, {"batch", ScaleRewards::batch}, {"none", ScaleRewards::none}};
+  return n;
 }
 
-const char* scale_rewards_name(ScaleRewards s) {
-  switch (s) {
-    case ScaleRewards::group: return "group";
-    case ScaleRewards::batch: return "batch";
-    case ScaleRewards::none: return "none";
-  }
-  return "?";
+Result<ScaleRewards> scale_rewards_from_string(const std::string& s) {
+  if (auto v = enum_parse(scale_rewards_names(), s)) return *v;
+  return error_status("scale_rewards = \"" + s + "\": must be one of " + enum_allowed(scale_rewards_names()));
 }
+
+const char* scale_rewards_name(ScaleRewards s) { return enum_name(scale_rewards_names(), s); }
 
 namespace {
 // Mean and unbiased std of x[begin, end) in double.

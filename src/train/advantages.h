@@ -13,12 +13,14 @@
 #include <string>
 #include <vector>
 
+#include "core/enum_table.h"
 #include "core/status.h"
 
 namespace grpo {
 
 enum class ScaleRewards { group, batch, none };
-Result<ScaleRewards> scale_rewards_from_string(const std::string& s);  // "group" | "batch" | "none"
+std::span<const EnumName<ScaleRewards>> scale_rewards_names();  // group, batch, none (the one name table)
+Result<ScaleRewards> scale_rewards_from_string(const std::string& s);
 const char* scale_rewards_name(ScaleRewards s);
 
 struct AdvantageStats {

@@ -83,7 +83,7 @@ class Writers {
 
 // Early stopping bookkeeping; returns true when patience ran out.
 bool early_stop_update(const RunConfig& cfg, const MetricList& ev, int64_t step, TrainerState& st) {
-  const double v = find_metric(ev, cfg.eval.early_stopping_metric, NAN);
+  const double v = find_metric(ev, enum_name(early_stopping_metric_names(), cfg.eval.early_stopping_metric), NAN);
   if (!std::isfinite(v)) return false;
   if (!st.has_best || v > st.best_metric + cfg.eval.early_stopping_min_delta) {
     st.has_best = true;
@@ -233,7 +233,7 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
 
   if (!r.resumed && cfg.eval.every > 0 && cfg.eval.at_start) GRPO_TRY(do_eval(0));
 
-  const bool remote = cfg.data.env == "remote";
+  const bool remote = cfg.data.env == EnvKind::remote;
   if (remote) {
     if (!opt.make_trajectory_source)
       return error_status("data.env = \"remote\", but this program cannot host or reach a trajectory API; run it with `grpo train`");
@@ -383,7 +383,7 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
   if (r.broadcaster) GRPO_TRY(r.broadcaster->finish());
   if (st.stopped_early && con)
     std::fprintf(con, "early stopping at step %lld: %s did not improve for %lld evals (best %.4f at step %lld)\n",
-                 (long long)st.step, cfg.eval.early_stopping_metric.c_str(), (long long)st.evals_without_improvement,
+                 (long long)st.step, enum_name(early_stopping_metric_names(), cfg.eval.early_stopping_metric), (long long)st.evals_without_improvement,
                  st.best_metric, (long long)st.best_step);
   if (res.stop_signal) {
     if (steps_this_run > 0 || (remote && st.step > 0)) GRPO_TRY(save(batch.has_value()));

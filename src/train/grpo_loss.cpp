@@ -7,54 +7,40 @@
 
 namespace grpo {
 
-Result<LossType> loss_type_from_string(const std::string& s) {
-  if (s == "grpo") return LossType::grpo;
-  if (s == "bnpo") return LossType::bnpo;
-  if (s == "dr_grpo") return LossType::dr_grpo;
-  if (s == "dapo") return LossType::dapo;
-  if (s == "cispo") return LossType::cispo;
-  return error_status("loss_type: unknown value '" + s + "' (use grpo, bnpo, dr_grpo, dapo or cispo)");
+std::span<const EnumName<LossType>> loss_type_names() {
+  static constexpr EnumName<LossType> n[] = {{"grpo", LossType::grpo}, {"bnpo", LossType::bnpo},
+                                             {"dr_grpo", LossType::dr_grpo}, {"dapo", LossType::dapo},
+                                             {"cispo", LossType::cispo}};
+  return n;
+}
+std::span<const EnumName<IsLevel>> is_level_names() {
+  static constexpr EnumName<IsLevel> n[] = {{"token", IsLevel::token}, {"sequence", IsLevel::sequence}};
+  return n;
+}
+std::span<const EnumName<IsMode>> is_mode_names() {
+  static constexpr EnumName<IsMode> n[] = {{"none", IsMode::none}, {"token_truncate", IsMode::token_truncate},
+                                           {"token_mask", IsMode::token_mask},
+                                           {"sequence_truncate", IsMode::sequence_truncate},
+                                           {"sequence_mask", IsMode::sequence_mask}};
+  return n;
 }
 
-const char* loss_type_name(LossType t) {
-  switch (t) {
-    case LossType::grpo: return "grpo";
-    case LossType::bnpo: return "bnpo";
-    case LossType::dr_grpo: return "dr_grpo";
-    case LossType::dapo: return "dapo";
-    case LossType::cispo: return "cispo";
-  }
-  return "?";
+namespace {
+template <class E>
+Result<E> parse_named(std::span<const EnumName<E>> table, const std::string& what, const std::string& s) {
+  if (auto v = enum_parse(table, s)) return *v;
+  return error_status(what + " = \"" + s + "\": must be one of " + enum_allowed(table));
 }
+}  // namespace
 
+Result<LossType> loss_type_from_string(const std::string& s) { return parse_named(loss_type_names(), "loss_type", s); }
+const char* loss_type_name(LossType t) { return enum_name(loss_type_names(), t); }
 Result<IsLevel> is_level_from_string(const std::string& s) {
-  if (s == "token") return IsLevel::token;
-  if (s == "sequence") return IsLevel::sequence;
-  return error_status("importance_sampling_level: unknown value '" + s + "' (use token or sequence)");
+  return parse_named(is_level_names(), "importance_sampling_level", s);
 }
-
-const char* is_level_name(IsLevel l) { return l == IsLevel::sequence ? "sequence" : "token"; }
-
-Result<IsMode> is_mode_from_string(const std::string& s) {
-  if (s == "none" || s.empty()) return IsMode::none;
-  if (s == "token_truncate" || s == "tis") return IsMode::token_truncate;
-  if (s == "token_mask" || s == "mis") return IsMode::token_mask;
-  if (s == "sequence_truncate") return IsMode::sequence_truncate;
-  if (s == "sequence_mask") return IsMode::sequence_mask;
-  return error_status("importance_sampling mode: unknown value '" + s +
-                      "' (use none, token_truncate, token_mask, sequence_truncate or sequence_mask)");
-}
-
-const char* is_mode_name(IsMode m) {
-  switch (m) {
-    case IsMode::none: return "none";
-    case IsMode::token_truncate: return "token_truncate";
-    case IsMode::token_mask: return "token_mask";
-    case IsMode::sequence_truncate: return "sequence_truncate";
-    case IsMode::sequence_mask: return "sequence_mask";
-  }
-  return "?";
-}
+const char* is_level_name(IsLevel l) { return enum_name(is_level_names(), l); }
+Result<IsMode> is_mode_from_string(const std::string& s) { return parse_named(is_mode_names(), "importance_sampling", s); }
+const char* is_mode_name(IsMode m) { return enum_name(is_mode_names(), m); }
 
 Status GrpoLossConfig::validate() const {
   if (!(beta >= 0.f)) return error_status("beta must be >= 0");

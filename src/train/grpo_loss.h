@@ -55,6 +55,7 @@
 #include <string>
 #include <vector>
 
+#include "core/enum_table.h"
 #include "core/status.h"
 
 namespace grpo {
@@ -62,11 +63,15 @@ namespace grpo {
 enum class LossType { grpo, bnpo, dr_grpo, dapo, cispo };
 enum class IsMode { none, token_truncate, token_mask, sequence_truncate, sequence_mask };
 enum class IsLevel { token, sequence };  // TRL's importance_sampling_level ("sequence" = GSPO)
+// The one name table of each (TRL's spellings); parse/name below go through them.
+std::span<const EnumName<LossType>> loss_type_names();  // grpo, bnpo, dr_grpo, dapo, cispo
+std::span<const EnumName<IsLevel>> is_level_names();    // token, sequence
+std::span<const EnumName<IsMode>> is_mode_names();      // none, token_truncate, token_mask, sequence_truncate, sequence_mask
 Result<LossType> loss_type_from_string(const std::string& s);
 const char* loss_type_name(LossType t);
-Result<IsLevel> is_level_from_string(const std::string& s);  // "token" or "sequence"
+Result<IsLevel> is_level_from_string(const std::string& s);
 const char* is_level_name(IsLevel l);
-Result<IsMode> is_mode_from_string(const std::string& s);  // "none", "token_truncate" (alias "tis"), "token_mask" ("mis"), ...
+Result<IsMode> is_mode_from_string(const std::string& s);
 const char* is_mode_name(IsMode m);
 
 struct GrpoLossConfig {

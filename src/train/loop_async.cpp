@@ -26,7 +26,7 @@ Status async_check_config(const RunConfig& cfg, int n_ranks) {
   if (cfg.curriculum.type != CurriculumType::none)
     return error_status(k + ": the curriculum sizes each batch from the rewards of the batches before it, which are "
                             "not trained yet; set curriculum.type = \"none\" or async.max_staleness = 0");
-  if (cfg.data.env == "remote")
+  if (cfg.data.env == EnvKind::remote)
     return error_status(k + ": data.env = \"remote\" gets its groups from outside environments (see "
                             "remote.max_staleness); set async.max_staleness = 0");
   return ok_status();

@@ -87,8 +87,6 @@ void DataCursor::restore(int64_t epoch, int64_t index) {
   index_ = index;
 }
 
-Split loop_eval_split(const RunConfig& cfg) { return cfg.data.eval_split == "train" ? Split::train : Split::test; }
-
 std::vector<size_t> loop_eval_indices(const RunConfig& cfg, const Environment& env, Split split) {
   size_t n = env.size(split);
   int64_t want = cfg.eval.n_prompts > 0 ? cfg.eval.n_prompts : cfg.data.eval_size;

@@ -59,6 +59,5 @@ class DataCursor {
 // Indices of the eval set: the first n examples of the eval split (n from
 // eval.n_prompts, else data.eval_size, else the whole split).
 std::vector<size_t> loop_eval_indices(const RunConfig& cfg, const Environment& env, Split split);
-Split loop_eval_split(const RunConfig& cfg);
 
 }  // namespace grpo

@@ -81,7 +81,7 @@ Result<bool> remote_train_loop(LoopRun& r, const TrainLoopOptions& opt, Trajecto
   RemoteBatchOptions bo;
   bo.scale = r.rollout_cfg.scale;
   bo.max_staleness = cfg.remote.max_staleness;
-  bo.stale_drop = cfg.remote.stale == "drop";
+  bo.stale_drop = cfg.remote.stale == StalePolicy::drop;
   bo.stale_weight = cfg.remote.stale_weight;
   bo.vocab_size = r.weights->config.vocab_size;
   bo.max_seq_len = r.weights->config.max_position_embeddings;

@@ -22,32 +22,23 @@ namespace fs = std::filesystem;
 
 namespace {
 
-Result<DType> dtype_of(const std::string& s) {
-  if (s == "f32") return DType::f32;
-  if (s == "bf16") return DType::bf16;
-  if (s == "f16") return DType::f16;
-  return error_status("model.dtype = \"" + s + "\": must be bf16, f16 or f32");
-}
-
 Result<ContextOptions> context_options(const RunConfig& cfg, int n_threads) {
   ContextOptions co;
   co.n_threads = n_threads;
   // Bitwise on-policy needs every kernel of both sides batch-invariant (docs/bitwise.md).
-  co.deterministic = cfg.run.deterministic || cfg.train.on_policy == "bitwise";
-  const std::string& d = cfg.model.device;
-  if (d == "cpu") return co;
+  co.deterministic = cfg.run.deterministic || cfg.train.on_policy == OnPolicy::bitwise;
+  const DeviceSpec& d = cfg.model.device;
+  if (d.kind == Device::cpu) return co;
   if (!cuda_available())
-    return error_status("model.device = \"" + d + "\": no CUDA device (or built without CUDA); use --set model.device=cpu");
+    return error_status("model.device = \"" + device_spec_name(d) +
+                        "\": no CUDA device (or built without CUDA); use --set model.device=cpu");
   co.device = Device::cuda;
-  if (d.size() > 5) co.cuda_device = std::stoi(d.substr(5));
+  if (d.index >= 0) co.cuda_device = d.index;
   return co;
 }
 
 // Loop-specific checks the config validator cannot know about.
 Status check_loop_config(const RunConfig& cfg) {
-  const auto& m = cfg.eval.early_stopping_metric;
-  if (cfg.eval.early_stopping_patience > 0 && m != "eval/accuracy" && m != "eval/reward")
-    return error_status("eval.early_stopping_metric = \"" + m + "\": must be eval/accuracy or eval/reward");
   if (cfg.rollout.prompts_per_step * cfg.rollout.num_generations < cfg.train.steps_per_generation)
     return error_status("train.steps_per_generation = " + std::to_string(cfg.train.steps_per_generation) +
                         ": larger than the generation batch (rollout.prompts_per_step × rollout.num_generations = " +
@@ -59,12 +50,12 @@ Status check_loop_config(const RunConfig& cfg) {
 
 GrpoLossConfig loss_config(const RunConfig& cfg) {
   GrpoLossConfig l;
-  l.loss_type = loss_type_from_string(cfg.train.loss_type).value();
+  l.loss_type = cfg.train.loss_type;
   l.beta = float(cfg.train.beta);
   l.epsilon = float(cfg.train.epsilon);
   l.epsilon_high = float(cfg.train.epsilon_high > 0 ? cfg.train.epsilon_high : cfg.train.epsilon);
-  l.is_mode = is_mode_from_string(cfg.train.importance_sampling).value();
-  l.is_level = is_level_from_string(cfg.train.importance_sampling_level).value();
+  l.is_mode = cfg.train.importance_sampling;
+  l.is_level = cfg.train.importance_sampling_level;
   l.is_cap = float(cfg.train.importance_sampling_cap);
   l.is_sequence_geomean = cfg.train.importance_sampling_geomean;
   l.mask_truncated_completions = cfg.train.mask_truncated_completions;
@@ -187,7 +178,7 @@ Status write_run_files(const LoopRun& r, const PreparedPrompt* example) {
                {"importance_sampling_level", is_level_name(r.trainer.loss.is_level)},
                {"trainer_temperature", r.cfg.rollout.temperature},
                {"rollout_logprobs", logprobs_mode_name(r.rollout_cfg.params.logprobs_mode)},
-               {"on_policy", r.cfg.train.on_policy}};
+               {"on_policy", enum_name(on_policy_names(), r.cfg.train.on_policy)}};
   j["trainer"] = {{"micro_batch", r.trainer.micro_batch}, {"micro_batch_tokens", r.trainer.micro_tokens},
                   {"grad_accum", r.trainer.grad_accum}, {"activation_recompute", r.trainer.model.opt.recompute},
                   {"weight_decay_all", r.trainer.opt.cfg.decay_all}};
@@ -307,7 +298,7 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   GRPO_TRY(async_check_config(cfg, opt.comm ? opt.comm->size() : 1));
   const bool async = cfg.async.max_staleness > 0;
   GRPO_ASSIGN_OR_RETURN(ContextOptions co, context_options(cfg, opt.n_threads));
-  GRPO_ASSIGN_OR_RETURN(DType dt, dtype_of(cfg.model.dtype));
+  const DType dt = cfg.model.dtype;
   ContextOptions engine_co = co;
   if (async) {
     // The CPU threads are split so that the two sides never queue for one pool; on CUDA
@@ -423,7 +414,7 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   GRPO_TRY(loop_setup_curriculum(r));
 
   // Prompts of the eval set, and the longest prompt seen, to size the trainer's workspace.
-  const Split es = loop_eval_split(cfg);
+  const Split es = cfg.data.eval_split;
   if (cfg.eval.every > 0) GRPO_TRY(prepare_all(r, loop_eval_indices(cfg, *r.env, es), es, &r.eval_prompts));
   std::vector<PreparedPrompt> peek;
   DataCursor c2 = *r.cursor;
@@ -431,7 +422,7 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   // up to 256 tokens from the environments that sample through [server].
   if (r.env->size(Split::train) > 0)
     GRPO_TRY(prepare_all(r, c2.next(size_t(cfg.rollout.prompts_per_step)), Split::train, &peek));
-  size_t longest = cfg.data.env == "remote" ? 256 : 0;
+  size_t longest = cfg.data.env == EnvKind::remote ? 256 : 0;
   for (const auto* v : {&peek, &r.eval_prompts})
     for (const auto& p : *v) longest = std::max(longest, p.ids.size());
 
@@ -458,14 +449,14 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
                                                                      default_seqs));
   eo.seed = uint64_t(cfg.rollout.seed);
   if (!r.tok->eos_ids().empty()) eo.eos_token_ids = r.tok->eos_ids();
-  if (cfg.engine.kv_cache_dtype != KvCacheDtype::automatic && cfg.train.importance_sampling == "none")
+  if (cfg.engine.kv_cache_dtype != KvCacheDtype::automatic && cfg.train.importance_sampling == IsMode::none)
     GRPO_LOG_WARN("engine.kv_cache_dtype = \"%s\": rollouts attend over FP8 keys/values but the trainer does not, so "
                   "their logprobs disagree more (logprob_mismatch/*); consider train.importance_sampling = "
                   "\"token_truncate\"", enum_name(kv_cache_dtype_names(), cfg.engine.kv_cache_dtype));
   eo.lora = t.lora.get();
   Context& engine_ctx = async ? *r.engine_ctx : *r.ctx;
   ModelWeights& engine_weights = async ? *r.snapshot : *r.weights;
-  eo.bitwise_logprobs = cfg.train.on_policy == "bitwise";
+  eo.bitwise_logprobs = cfg.train.on_policy == OnPolicy::bitwise;
   if (cfg.tandem.enabled) {
     GRPO_ASSIGN_OR_RETURN(EngineTandem et, tandem_setup(r, eo));
     r.engine = std::make_unique<Engine>(engine_ctx, engine_weights, r.tok.get(), eo, &et);

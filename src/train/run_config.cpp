@@ -33,14 +33,11 @@ class Checker {
   void require(bool ok, const char* key, const T& value, const std::string& why) {
     if (!ok && status_.ok()) status_ = error_status(std::string(key) + " = " + show(value) + ": " + why);
   }
-  void one_of(const char* key, const std::string& v, std::initializer_list<const char*> choices) {
-    std::string list;
-    bool found = false;
-    for (const char* c : choices) {
-      list += (list.empty() ? "" : ", ") + std::string(c);
-      found |= v == c;
-    }
-    require(found, key, v, "must be one of " + list);
+  // For values set in code: a value outside the key's table (e.g. model.dtype = i32).
+  template <class E>
+  void in_table(const char* key, E v, std::span<const EnumName<E>> table) {
+    require(enum_parse(table, enum_name(table, v)) == v, key, std::string(enum_name(table, v)),
+            "must be one of " + enum_allowed(table));
   }
   void check(const Status& s) {  // a sub-struct's own validate(), whose message names its keys
     if (!s.ok() && status_.ok()) status_ = s;
@@ -52,15 +49,27 @@ class Checker {
   Status status_;
 };
 
-bool valid_device(const std::string& d) {
-  if (d == "cpu" || d == "cuda") return true;
-  if (d.rfind("cuda:", 0) != 0 || d.size() == 5) return false;
-  for (size_t i = 5; i < d.size(); ++i)
-    if (d[i] < '0' || d[i] > '9') return false;
-  return true;
+}  // namespace
+
+std::optional<DeviceSpec> device_spec_parse(std::string_view s) {
+  if (s == "cpu") return DeviceSpec{Device::cpu, -1};
+  if (s == "cuda") return DeviceSpec{Device::cuda, -1};
+  if (!s.starts_with("cuda:")) return std::nullopt;
+  const std::string_view n = s.substr(5);
+  // Canonical digits only (no sign, no leading zero), so the name prints back as written.
+  if (n.empty() || n.size() > 4 || (n.size() > 1 && n[0] == '0')) return std::nullopt;
+  int index = 0;
+  for (char ch : n) {
+    if (ch < '0' || ch > '9') return std::nullopt;
+    index = index * 10 + (ch - '0');
+  }
+  return DeviceSpec{Device::cuda, index};
 }
 
-}  // namespace
+std::string device_spec_name(DeviceSpec d) {
+  if (d.kind == Device::cpu) return "cpu";
+  return d.index < 0 ? "cuda" : "cuda:" + std::to_string(d.index);
+}
 
 std::span<const EnumName<ArithmeticStyle>> arithmetic_style_names() {
   static constexpr EnumName<ArithmeticStyle> n[] = {
@@ -74,11 +83,6 @@ std::span<const EnumName<BadLinePolicy>> bad_line_names() {
 std::span<const EnumName<LrScheduleType>> lr_schedule_names() {
   static constexpr EnumName<LrScheduleType> n[] = {
       {"constant", LrScheduleType::constant}, {"linear", LrScheduleType::linear}, {"cosine", LrScheduleType::cosine}};
-  return n;
-}
-std::span<const EnumName<ScaleRewards>> scale_rewards_names() {
-  static constexpr EnumName<ScaleRewards> n[] = {
-      {"group", ScaleRewards::group}, {"batch", ScaleRewards::batch}, {"none", ScaleRewards::none}};
   return n;
 }
 std::span<const EnumName<ProgressSetting>> progress_names() {
@@ -98,21 +102,47 @@ std::span<const EnumName<CurriculumType>> curriculum_type_names() {
   return n;
 }
 
+std::span<const EnumName<DType>> model_dtype_names() {
+  static constexpr EnumName<DType> n[] = {{"bf16", DType::bf16}, {"f16", DType::f16}, {"f32", DType::f32}};
+  return n;
+}
+std::span<const EnumName<OnPolicy>> on_policy_names() {
+  static constexpr EnumName<OnPolicy> n[] = {{"default", OnPolicy::standard}, {"bitwise", OnPolicy::bitwise}};
+  return n;
+}
+std::span<const EnumName<EnvKind>> env_kind_names() {
+  static constexpr EnumName<EnvKind> n[] = {{"gsm8k", EnvKind::gsm8k}, {"arithmetic", EnvKind::arithmetic},
+                                            {"jsonl", EnvKind::jsonl}, {"remote", EnvKind::remote}};
+  return n;
+}
+std::span<const EnumName<Split>> eval_split_names() {
+  static constexpr EnumName<Split> n[] = {{"test", Split::test}, {"train", Split::train}};
+  return n;
+}
+std::span<const EnumName<EarlyStoppingMetric>> early_stopping_metric_names() {
+  static constexpr EnumName<EarlyStoppingMetric> n[] = {{"eval/accuracy", EarlyStoppingMetric::accuracy},
+                                                        {"eval/reward", EarlyStoppingMetric::reward}};
+  return n;
+}
+std::span<const EnumName<StalePolicy>> stale_policy_names() {
+  static constexpr EnumName<StalePolicy> n[] = {{"drop", StalePolicy::drop}, {"down_weight", StalePolicy::down_weight}};
+  return n;
+}
+
 Status RunConfig::validate() const {
   Checker c;
   c.require(!run.output_dir.empty(), "run.output_dir", run.output_dir, "must not be empty");
-  c.one_of("model.dtype", model.dtype, {"bf16", "f16", "f32"});
-  c.require(valid_device(model.device), "model.device", model.device, "must be cpu, cuda or cuda:N");
+  c.in_table("model.dtype", model.dtype, model_dtype_names());
+  c.require(device_spec_parse(device_spec_name(model.device)) == model.device, "model.device",
+            device_spec_name(model.device), std::string("must be one of ") + kDeviceSpecAllowed);
   {
-    const Device dev = model.device == "cpu" ? Device::cpu : Device::cuda;
-    const DType dt = model.dtype == "f32" ? DType::f32 : model.dtype == "f16" ? DType::f16 : DType::bf16;
-    c.require(backend_runs_dtype(dev, dt), "model.dtype", model.dtype,
+    const Device dev = model.device.kind;
+    c.require(backend_runs_dtype(dev, model.dtype), "model.dtype", std::string(enum_name(model_dtype_names(), model.dtype)),
               dev == Device::cpu ? "the CPU backend runs f32 only; set model.dtype = \"f32\" (or model.device = \"cuda\")"
                                  : "the CUDA backend runs bf16 or f32; set model.dtype = \"bf16\"");
   }
 
-  c.one_of("data.env", data.env, {"gsm8k", "arithmetic", "jsonl", "remote"});
-  c.require(data.env != "jsonl" || !data.train_path.empty(), "data.train_path", data.train_path,
+  c.require(data.env != EnvKind::jsonl || !data.train_path.empty(), "data.train_path", data.train_path,
             "required when data.env = \"jsonl\"");
   c.require(!data.prompt_field.empty(), "data.prompt_field", data.prompt_field, "must not be empty");
   c.require(!data.answer_field.empty(), "data.answer_field", data.answer_field, "must not be empty");
@@ -120,8 +150,7 @@ Status RunConfig::validate() const {
   c.require(rendered.ok(), "data.prompt_template", data.prompt_template, rendered.status().message());
   c.require(data.prompt_template.find("{question}") != std::string::npos, "data.prompt_template",
             data.prompt_template, "must contain {question}");
-  c.one_of("data.eval_split", data.eval_split, {"test", "train"});
-  c.require(!(data.env == "jsonl" && data.eval_split == "test" && data.eval_path.empty() && eval.every > 0),
+  c.require(!(data.env == EnvKind::jsonl && data.eval_split == Split::test && data.eval_path.empty() && eval.every > 0),
             "data.eval_path", data.eval_path, "required for eval.every > 0 on the test split of a jsonl dataset");
   c.require(data.eval_size >= 0, "data.eval_size", data.eval_size, "must be >= 0 (0 = whole split)");
   c.require(data.seed >= 0, "data.seed", data.seed, "must be >= 0");
@@ -163,23 +192,18 @@ Status RunConfig::validate() const {
   c.require(t.grad_accum >= 1, "train.grad_accum", t.grad_accum, "must be >= 1");
   c.require(t.steps_per_generation >= 1, "train.steps_per_generation", t.steps_per_generation, "must be >= 1");
   c.require(t.num_iterations >= 1, "train.num_iterations", t.num_iterations, "must be >= 1");
-  c.one_of("train.loss_type", t.loss_type, {"grpo", "bnpo", "dr_grpo", "dapo", "cispo"});
-  c.one_of("train.importance_sampling_level", t.importance_sampling_level, {"token", "sequence"});
-  c.require(t.loss_type != "cispo" || t.epsilon_high >= 1, "train.epsilon_high", t.epsilon_high,
+  c.require(t.loss_type != LossType::cispo || t.epsilon_high >= 1, "train.epsilon_high", t.epsilon_high,
             "loss_type \"cispo\" caps its importance weight at epsilon_high itself (TRL's epsilon_max), so below 1 "
             "it scales down every on-policy token; set train.epsilon_high >= 1 (ScaleRL uses 5.0)");
   c.require(t.beta >= 0, "train.beta", t.beta, "must be >= 0");
   c.require(t.epsilon > 0 && t.epsilon < 1, "train.epsilon", t.epsilon, "must be in (0, 1)");
   c.require(t.epsilon_high == 0 || t.epsilon_high >= t.epsilon, "train.epsilon_high", t.epsilon_high,
             "must be 0 (= epsilon) or >= train.epsilon");
-  c.one_of("train.importance_sampling", t.importance_sampling,
-           {"none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"});
   c.require(t.importance_sampling_cap >= 1, "train.importance_sampling_cap", t.importance_sampling_cap, "must be >= 1");
-  c.one_of("train.on_policy", t.on_policy, {"default", "bitwise"});
-  if (t.on_policy == "bitwise") {
+  if (t.on_policy == OnPolicy::bitwise) {
     const char* k = "train.on_policy";
-    const std::string v = t.on_policy;
-    c.require(model.device == "cpu", k, v,
+    const std::string v = "bitwise";
+    c.require(model.device.kind == Device::cpu, k, v,
               "needs model.device = \"cpu\" for now: the CUDA rollout and training kernels still differ in GEMM "
               "tiling and attention reduction order (docs/bitwise.md); use on_policy = \"default\" with "
               "train.importance_sampling on CUDA");
@@ -192,7 +216,7 @@ Status RunConfig::validate() const {
     c.require(async.max_staleness == 0, k, v,
               "compares the rollout with the trainer at the same weights, but [async] samples from older ones; "
               "set async.max_staleness = 0");
-    c.require(data.env != "remote", k, v,
+    c.require(data.env != EnvKind::remote, k, v,
               "has no effect on trajectories posted by outside environments (data.env = \"remote\"), whose logprobs "
               "come from their own engine");
     c.require(rollout.top_k == 0 && rollout.top_p >= 1.0 && rollout.min_p <= 0.0, k, v,
@@ -215,7 +239,7 @@ Status RunConfig::validate() const {
   c.require(eval.early_stopping_patience >= 0, "eval.early_stopping_patience", eval.early_stopping_patience, "must be >= 0");
   c.require(eval.early_stopping_patience == 0 || eval.every > 0, "eval.early_stopping_patience",
             eval.early_stopping_patience, "needs eval.every > 0");
-  c.require(!eval.early_stopping_metric.empty(), "eval.early_stopping_metric", eval.early_stopping_metric, "must not be empty");
+  c.in_table("eval.early_stopping_metric", eval.early_stopping_metric, early_stopping_metric_names());
   c.require(eval.early_stopping_min_delta >= 0, "eval.early_stopping_min_delta", eval.early_stopping_min_delta, "must be >= 0");
 
   c.require(tandem.p_trained >= 0 && tandem.p_trained <= 1, "tandem.p_trained", tandem.p_trained, "must be in [0, 1]");
@@ -279,7 +303,6 @@ Status RunConfig::validate() const {
   c.require(!rm.host.empty(), "remote.host", rm.host, "must not be empty (127.0.0.1, or 0.0.0.0 for every interface)");
   c.require(rm.port >= 0 && rm.port <= 65535, "remote.port", rm.port, "must be in [0, 65535] (0 = any free port)");
   c.require(rm.max_queued_sequences >= 0, "remote.max_queued_sequences", rm.max_queued_sequences, "must be >= 0 (0 = 16 steps' worth)");
-  c.one_of("remote.stale", rm.stale, {"drop", "down_weight"});
   c.finite("remote.stale_weight", rm.stale_weight);
   c.require(rm.stale_weight > 0 && rm.stale_weight <= 1, "remote.stale_weight", rm.stale_weight, "must be in (0, 1]");
   c.finite("remote.poll_interval", rm.poll_interval);
@@ -288,7 +311,7 @@ Status RunConfig::validate() const {
   c.require(rm.wait_log_every > 0, "remote.wait_log_every", rm.wait_log_every, "must be > 0 seconds");
   c.finite("remote.max_wait", rm.max_wait);
   c.require(rm.max_wait >= 0, "remote.max_wait", rm.max_wait, "must be >= 0 seconds (0 = wait forever)");
-  if (data.env == "remote") {
+  if (data.env == EnvKind::remote) {
     c.require(train.num_iterations == 1, "train.num_iterations", train.num_iterations,
               "must be 1 with data.env = \"remote\" (each posted batch feeds one optimizer step)");
     c.require(train.steps_per_generation == 1, "train.steps_per_generation", train.steps_per_generation,
@@ -298,6 +321,9 @@ Status RunConfig::validate() const {
     c.require(curriculum.type == CurriculumType::none, "curriculum.type", enum_name(curriculum_type_names(), curriculum.type),
               "must be \"none\" with data.env = \"remote\" (the environment picks the problems and group sizes)");
   }
+  // Checked with LoRA off too, so that a typo does not wait for the run that turns it on.
+  for (const auto& m : lora.target_modules)
+    if (auto t = lora_target_parse(m); !t.ok()) c.check(t.status().with_context("lora.target_modules"));
   if (c.status().ok() && lora.enabled) return lora_config_from(lora, "").status();
   return c.status();
 }
@@ -327,10 +353,10 @@ Result<RunPaths> run_config_resolve_paths(const RunConfig& cfg, const std::strin
     }
     p.tandem_partner = cfg.tandem.partner.empty() ? p.model : cfg.tandem.partner;
   }
-  if (cfg.data.env == "gsm8k") {
+  if (cfg.data.env == EnvKind::gsm8k) {
     p.train_data = cfg.data.train_path.empty() ? (fs::path(data_root) / "data/gsm8k/train.jsonl").string() : cfg.data.train_path;
     p.eval_data = cfg.data.eval_path.empty() ? (fs::path(data_root) / "data/gsm8k/test.jsonl").string() : cfg.data.eval_path;
-  } else if (cfg.data.env == "jsonl") {
+  } else if (cfg.data.env == EnvKind::jsonl) {
     p.train_data = cfg.data.train_path;
     p.eval_data = cfg.data.eval_path;
   }
@@ -359,12 +385,12 @@ std::string skipped_note(const Dataset& d) {
 // evals are off only when eval.every = 0 says so.
 Status check_example_counts(const RunConfig& cfg, const RunPaths& paths, const Environment& env,
                             const Dataset* train, const Dataset* test) {
-  const bool arith = cfg.data.env == "arithmetic";
+  const bool arith = cfg.data.env == EnvKind::arithmetic;
   if (env.size(Split::train) == 0)
     return error_status(arith ? "data.arithmetic.train_size = 0: no training examples"
                               : "data.train_path = \"" + paths.train_data + "\": no examples" +
                                     (train ? skipped_note(*train) : std::string()));
-  if (cfg.eval.every > 0 && cfg.data.eval_split == "test" && env.size(Split::test) == 0) {
+  if (cfg.eval.every > 0 && cfg.data.eval_split == Split::test && env.size(Split::test) == 0) {
     const std::string what = arith ? "data.arithmetic.test_size gives no test examples"
                                    : "data.eval_path = \"" + paths.eval_data + "\": no examples" +
                                          (test ? skipped_note(*test) : std::string());
@@ -380,7 +406,7 @@ Result<std::unique_ptr<Environment>> run_config_make_env(const RunConfig& cfg, c
   const DataSection& d = cfg.data;
   JsonlOptions jo;
   jo.on_bad_line = d.on_bad_line;
-  if (d.env == "arithmetic") {
+  if (d.env == EnvKind::arithmetic) {
     ArithmeticConfig ac;
     ac.seed = static_cast<uint64_t>(d.seed);
     ac.difficulty = static_cast<int>(d.arithmetic.difficulty);
@@ -393,13 +419,13 @@ Result<std::unique_ptr<Environment>> run_config_make_env(const RunConfig& cfg, c
     GRPO_TRY(check_example_counts(cfg, paths, *env, nullptr, nullptr));
     return std::unique_ptr<Environment>(std::move(env));
   }
-  if (d.env == "remote") {  // groups come from outside environments (train/loop_remote.h): no local examples
+  if (d.env == EnvKind::remote) {  // groups come from outside environments (train/loop_remote.h): no local examples
     Dataset none_train, none_test;
     none_train.name = "train";
     none_test.name = "test";
-    return std::unique_ptr<Environment>(std::make_unique<NumericQaEnv>("remote", std::move(none_train), std::move(none_test)));
+    return std::unique_ptr<Environment>(std::make_unique<NumericQaEnv>(enum_name(env_kind_names(), d.env), std::move(none_train), std::move(none_test)));
   }
-  if (d.env == "gsm8k") {
+  if (d.env == EnvKind::gsm8k) {
     GRPO_ASSIGN_OR_RETURN(auto env, gsm8k_env_load({paths.train_data, paths.eval_data}, jo));
     warn_skipped(env->dataset(Split::train));
     warn_skipped(env->dataset(Split::test));
@@ -418,7 +444,7 @@ Result<std::unique_ptr<Environment>> run_config_make_env(const RunConfig& cfg, c
   }
   warn_skipped(train);
   warn_skipped(test);
-  auto env = std::make_unique<NumericQaEnv>("jsonl", std::move(train), std::move(test));
+  auto env = std::make_unique<NumericQaEnv>(enum_name(env_kind_names(), d.env), std::move(train), std::move(test));
   GRPO_TRY(check_example_counts(cfg, paths, *env, &env->dataset(Split::train), &env->dataset(Split::test)));
   return std::unique_ptr<Environment>(std::move(env));
 }

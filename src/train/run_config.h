@@ -10,11 +10,14 @@
 // paths on the command line; run_config_resolve_paths() checks them.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "core/dtype.h"
 #include "core/enum_table.h"
 #include "core/log.h"
 #include "core/status.h"
@@ -25,21 +28,43 @@
 #include "env/jsonl.h"
 #include "env/rewards.h"
 #include "train/advantages.h"
+#include "train/grpo_loss.h"
 #include "train/lr_schedule.h"
 
 namespace grpo {
 
 enum class ProgressSetting { automatic, bar, plain, off };
 enum class CurriculumType { none, kde_valley };
+enum class EnvKind { gsm8k, arithmetic, jsonl, remote };
+enum class StalePolicy { drop, down_weight };
+enum class EarlyStoppingMetric { accuracy, reward };
+enum class OnPolicy { standard, bitwise };  // train.on_policy: default | bitwise
+
+// model.device: "cpu", "cuda" (the current device) or "cuda:N".
+struct DeviceSpec {
+  Device kind = Device::cuda;
+  int index = -1;  // cuda:N; -1 = "cuda"
+  bool operator==(const DeviceSpec&) const = default;
+};
+inline constexpr const char* kDeviceSpecAllowed = "cpu, cuda, cuda:N";
+std::optional<DeviceSpec> device_spec_parse(std::string_view s);  // nullopt: not one of kDeviceSpecAllowed
+std::string device_spec_name(DeviceSpec d);                       // the spelling device_spec_parse reads
 
 // The one name table of each enum-like config value (parsing, messages, --list-keys).
 std::span<const EnumName<ArithmeticStyle>> arithmetic_style_names();  // compact, verbose, expression
 std::span<const EnumName<BadLinePolicy>> bad_line_names();             // fail, skip
 std::span<const EnumName<LrScheduleType>> lr_schedule_names();         // constant, linear, cosine
-std::span<const EnumName<ScaleRewards>> scale_rewards_names();         // group, batch, none
 std::span<const EnumName<ProgressSetting>> progress_names();           // auto, bar, plain, off
 std::span<const EnumName<LogLevel>> log_level_names();                 // debug, info, warn, error, quiet
 std::span<const EnumName<CurriculumType>> curriculum_type_names();     // none, kde_valley
+std::span<const EnumName<DType>> model_dtype_names();                  // bf16, f16, f32
+std::span<const EnumName<EnvKind>> env_kind_names();                   // gsm8k, arithmetic, jsonl, remote
+std::span<const EnumName<Split>> eval_split_names();                   // test, train
+std::span<const EnumName<StalePolicy>> stale_policy_names();           // drop, down_weight
+std::span<const EnumName<OnPolicy>> on_policy_names();                  // default, bitwise
+std::span<const EnumName<EarlyStoppingMetric>> early_stopping_metric_names();  // eval/accuracy, eval/reward
+// train.loss_type, train.importance_sampling(_level): loss_type_names(), is_mode_names(),
+// is_level_names() (train/grpo_loss.h); train.scale_rewards: scale_rewards_names() (train/advantages.h).
 
 struct RunSection {
   std::string output_dir = "runs/default";  // metrics, checkpoints, resolved config go here
@@ -50,8 +75,8 @@ struct RunSection {
 struct ModelSection {
   std::string path;           // HF checkpoint dir (config.json, *.safetensors); empty: the built-in demo model
   std::string tokenizer;      // tokenizer.json or its dir; empty: from `path`
-  std::string dtype = "bf16"; // bf16 | f16 | f32 (weights the engine reads; master weights stay f32)
-  std::string device = "cuda";  // cpu | cuda | cuda:N
+  DType dtype = DType::bf16;  // bf16 | f16 | f32 (weights the engine reads; master weights stay f32)
+  DeviceSpec device;          // cpu | cuda | cuda:N
 };
 
 struct ArithmeticSection {  // used when data.env = "arithmetic" (see env/arithmetic.h)
@@ -63,7 +88,7 @@ struct ArithmeticSection {  // used when data.env = "arithmetic" (see env/arithm
 };
 
 struct DataSection {
-  std::string env = "arithmetic";  // gsm8k | arithmetic | jsonl | remote (groups posted by outside environments: [remote])
+  EnvKind env = EnvKind::arithmetic;  // gsm8k | arithmetic | jsonl | remote (groups posted by outside environments: [remote])
   std::string train_path;          // jsonl: required; gsm8k: empty = data/gsm8k/train.jsonl
   std::string eval_path;           // jsonl: optional; gsm8k: empty = data/gsm8k/test.jsonl
   std::string prompt_field = "question";
@@ -72,7 +97,7 @@ struct DataSection {
   std::string prompt_template = "{question}";  // placeholders {question} {answer} {id}
   bool use_chat_template = false;   // wrap in the tokenizer's chat template (system + user turn)
   std::string system_prompt;
-  std::string eval_split = "test";  // test | train
+  Split eval_split = Split::test;    // test | train
   int64_t eval_size = 0;            // prompts in the eval set; 0 = the whole split
   BadLinePolicy on_bad_line = BadLinePolicy::fail;  // skip: bad lines are counted and reported
   bool shuffle = true;
@@ -109,10 +134,10 @@ struct TrainSection {
   int64_t grad_accum = 1;              // micro-batch groups accumulated per optimizer step
   int64_t steps_per_generation = 1;    // optimizer steps per generation batch
   int64_t num_iterations = 1;          // mu: passes over each generation batch
-  std::string loss_type = "dapo";      // grpo | bnpo | dr_grpo | dapo | cispo (as in TRL)
+  LossType loss_type = LossType::dapo;  // grpo | bnpo | dr_grpo | dapo | cispo (as in TRL)
   // Importance ratio per token, or one per sequence from the mean log-ratio of its tokens
   // (GSPO; TRL's importance_sampling_level): token | sequence.
-  std::string importance_sampling_level = "token";
+  IsLevel importance_sampling_level = IsLevel::token;
   double beta = 0.0;                   // KL coefficient; 0 = no reference model
   double epsilon = 0.2;                // clip low
   // Clip high; 0 = same as epsilon (DAPO uses 0.28). cispo: the cap of its detached
@@ -121,7 +146,7 @@ struct TrainSection {
   ScaleRewards scale_rewards = ScaleRewards::group;  // std used to scale advantages
   // Correction for the rollout engine's sampling logprobs differing from the trainer's
   // (TRL's vllm_importance_sampling_mode): none | token_truncate | token_mask | sequence_truncate | sequence_mask
-  std::string importance_sampling = "none";
+  IsMode importance_sampling = IsMode::none;
   double importance_sampling_cap = 2.0;      // C of truncated/masked IS, >= 1
   bool importance_sampling_geomean = false;  // sequence_* modes: geometric mean of the token ratios, not their product
   bool mask_truncated_completions = false;
@@ -129,7 +154,7 @@ struct TrainSection {
   // bitwise: the engine reports, for every sampled token, the trainer's own LM-head
   // logprob over batch-invariant kernels, equal bit for bit to the trainer's forward
   // (logprob_mismatch/* = 0). Implies run.deterministic. CPU backend only for now.
-  std::string on_policy = "default";
+  OnPolicy on_policy = OnPolicy::standard;
   // Optimizer steps skipped in a row (non-finite gradient norm) before the run
   // ends with an error; 0 = never. There is no loss scaler whose warm-up skips
   // steps by design, so one skip is an outlier batch and ten in a row, over
@@ -157,7 +182,7 @@ struct EvalSection {
   int64_t n_prompts = 0;        // 0 = data.eval_size / whole split
   int64_t max_new_tokens = 0;   // 0 = rollout.max_new_tokens
   int64_t early_stopping_patience = 0;  // evals without improvement before stopping; 0 = off
-  std::string early_stopping_metric = "eval/accuracy";  // higher is better
+  EarlyStoppingMetric early_stopping_metric = EarlyStoppingMetric::accuracy;  // the metric's name; higher is better
   double early_stopping_min_delta = 0.0;
 };
 
@@ -226,7 +251,7 @@ struct RemoteSection {
   int64_t port = 8000;                 // 0 = any free port (printed)
   int64_t max_queued_sequences = 0;    // hosted queue bound (posts beyond it get 503 + Retry-After); 0 = 16 steps' worth
   int64_t max_staleness = -1;          // steps a group's policy_version may lag; < 0 = no limit
-  std::string stale = "drop";          // drop | down_weight (loss weight stale_weight^(lag - max_staleness))
+  StalePolicy stale = StalePolicy::drop;  // drop | down_weight (loss weight stale_weight^(lag - max_staleness))
   double stale_weight = 0.5;
   double poll_interval = 0.2;          // seconds between GET /batch polls while waiting
   double wait_log_every = 30;          // seconds between "waiting for groups" lines

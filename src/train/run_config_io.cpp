@@ -34,6 +34,17 @@ EnumRef enum_ref(E* p, std::span<const EnumName<E>> table) {
           enum_allowed(table)};
 }
 
+// model.device is a family of names ("cuda:N"), not a table; same contract as enum_ref.
+EnumRef device_ref(DeviceSpec* p) {
+  return {[p] { return device_spec_name(*p); },
+          [p](const std::string& s) {
+            auto v = device_spec_parse(s);
+            if (v) *p = *v;
+            return v.has_value();
+          },
+          kDeviceSpecAllowed};
+}
+
 using FieldPtr = std::variant<bool*, int64_t*, double*, std::string*, std::vector<std::string>*, EnumRef>;
 struct Field {
   std::string key;
@@ -49,13 +60,13 @@ std::vector<Field> fields_of(RunConfig& c) {
   auto& e = c.eval;
   return {
       {"run.output_dir", &c.run.output_dir}, {"run.name", &c.run.name}, {"run.deterministic", &c.run.deterministic},
-      {"model.path", &c.model.path}, {"model.tokenizer", &c.model.tokenizer}, {"model.dtype", &c.model.dtype},
-      {"model.device", &c.model.device},
-      {"data.env", &d.env}, {"data.train_path", &d.train_path}, {"data.eval_path", &d.eval_path},
+      {"model.path", &c.model.path}, {"model.tokenizer", &c.model.tokenizer}, {"model.dtype", enum_ref(&c.model.dtype, model_dtype_names())},
+      {"model.device", device_ref(&c.model.device)},
+      {"data.env", enum_ref(&d.env, env_kind_names())}, {"data.train_path", &d.train_path}, {"data.eval_path", &d.eval_path},
       {"data.prompt_field", &d.prompt_field}, {"data.answer_field", &d.answer_field},
       {"data.answer_is_solution", &d.answer_is_solution}, {"data.prompt_template", &d.prompt_template},
       {"data.use_chat_template", &d.use_chat_template}, {"data.system_prompt", &d.system_prompt},
-      {"data.eval_split", &d.eval_split}, {"data.eval_size", &d.eval_size}, {"data.on_bad_line", enum_ref(&d.on_bad_line, bad_line_names())},
+      {"data.eval_split", enum_ref(&d.eval_split, eval_split_names())}, {"data.eval_size", &d.eval_size}, {"data.on_bad_line", enum_ref(&d.on_bad_line, bad_line_names())},
       {"data.shuffle", &d.shuffle}, {"data.seed", &d.seed},
       {"data.arithmetic.difficulty", &a.difficulty}, {"data.arithmetic.style", enum_ref(&a.style, arithmetic_style_names())},
       {"data.arithmetic.train_size", &a.train_size}, {"data.arithmetic.test_size", &a.test_size},
@@ -88,18 +99,18 @@ std::vector<Field> fields_of(RunConfig& c) {
       {"train.max_grad_norm", &t.max_grad_norm}, {"train.micro_batch", &t.micro_batch},
       {"train.micro_batch_tokens", &t.micro_batch_tokens}, {"train.activation_recompute", &t.activation_recompute},
       {"train.grad_accum", &t.grad_accum}, {"train.steps_per_generation", &t.steps_per_generation},
-      {"train.num_iterations", &t.num_iterations}, {"train.loss_type", &t.loss_type},
-      {"train.importance_sampling_level", &t.importance_sampling_level}, {"train.beta", &t.beta},
+      {"train.num_iterations", &t.num_iterations}, {"train.loss_type", enum_ref(&t.loss_type, loss_type_names())},
+      {"train.importance_sampling_level", enum_ref(&t.importance_sampling_level, is_level_names())}, {"train.beta", &t.beta},
       {"train.epsilon", &t.epsilon}, {"train.epsilon_high", &t.epsilon_high},
-      {"train.scale_rewards", enum_ref(&t.scale_rewards, scale_rewards_names())}, {"train.importance_sampling", &t.importance_sampling},
+      {"train.scale_rewards", enum_ref(&t.scale_rewards, scale_rewards_names())}, {"train.importance_sampling", enum_ref(&t.importance_sampling, is_mode_names())},
       {"train.importance_sampling_cap", &t.importance_sampling_cap},
       {"train.importance_sampling_geomean", &t.importance_sampling_geomean},
-      {"train.mask_truncated_completions", &t.mask_truncated_completions}, {"train.on_policy", &t.on_policy},
+      {"train.mask_truncated_completions", &t.mask_truncated_completions}, {"train.on_policy", enum_ref(&t.on_policy, on_policy_names())},
       {"train.max_consecutive_skipped_steps", &t.max_consecutive_skipped_steps},
       {"eval.every", &e.every}, {"eval.at_start", &e.at_start}, {"eval.greedy", &e.greedy},
       {"eval.temperature", &e.temperature}, {"eval.n_prompts", &e.n_prompts}, {"eval.max_new_tokens", &e.max_new_tokens},
       {"eval.early_stopping_patience", &e.early_stopping_patience},
-      {"eval.early_stopping_metric", &e.early_stopping_metric},
+      {"eval.early_stopping_metric", enum_ref(&e.early_stopping_metric, early_stopping_metric_names())},
       {"eval.early_stopping_min_delta", &e.early_stopping_min_delta},
       {"tandem.enabled", &c.tandem.enabled}, {"tandem.partner", &c.tandem.partner},
       {"tandem.strategy", enum_ref(&c.tandem.strategy, tandem_strategy_names())}, {"tandem.p_trained", &c.tandem.p_trained},
@@ -125,7 +136,7 @@ std::vector<Field> fields_of(RunConfig& c) {
       {"server.bridge_timeout_s", &c.server.bridge_timeout_s},
       {"remote.url", &c.remote.url}, {"remote.host", &c.remote.host}, {"remote.port", &c.remote.port},
       {"remote.max_queued_sequences", &c.remote.max_queued_sequences}, {"remote.max_staleness", &c.remote.max_staleness},
-      {"remote.stale", &c.remote.stale}, {"remote.stale_weight", &c.remote.stale_weight},
+      {"remote.stale", enum_ref(&c.remote.stale, stale_policy_names())}, {"remote.stale_weight", &c.remote.stale_weight},
       {"remote.poll_interval", &c.remote.poll_interval}, {"remote.wait_log_every", &c.remote.wait_log_every},
       {"remote.max_wait", &c.remote.max_wait}, {"remote.wandb_group", &c.remote.wandb_group},
       {"remote.wandb_project", &c.remote.wandb_project},

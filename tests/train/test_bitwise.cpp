@@ -234,9 +234,9 @@ TEST(Bitwise, DefaultModeIsNotBitwise) {
 TEST(Bitwise, ConfigRefusesWhatItCannotMatch) {
   auto refused = [](const std::function<void(RunConfig&)>& edit, const std::string& needle) {
     RunConfig c;
-    c.model.device = "cpu";
-    c.model.dtype = "f32";
-    c.train.on_policy = "bitwise";
+    c.model.device = DeviceSpec{Device::cpu, -1};
+    c.model.dtype = DType::f32;
+    c.train.on_policy = OnPolicy::bitwise;
     edit(c);
     const Status s = c.validate();
     EXPECT_FALSE(s.ok()) << needle;
@@ -244,13 +244,18 @@ TEST(Bitwise, ConfigRefusesWhatItCannotMatch) {
   };
   {
     RunConfig c;
-    c.model.device = "cpu";
-    c.model.dtype = "f32";
-    c.train.on_policy = "bitwise";
+    c.model.device = DeviceSpec{Device::cpu, -1};
+    c.model.dtype = DType::f32;
+    c.train.on_policy = OnPolicy::bitwise;
     EXPECT_TRUE(c.validate().ok()) << c.validate().message();
   }
-  refused([](RunConfig& c) { c.train.on_policy = "exact"; }, "must be one of default, bitwise");
-  refused([](RunConfig& c) { c.model.device = "cuda"; }, "model.device = \"cpu\"");
+  {
+    RunConfig c;
+    const Status s = run_config_set(&c, "train.on_policy=exact");
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("must be one of default, bitwise"), std::string::npos) << s.message();
+  }
+  refused([](RunConfig& c) { c.model.device = DeviceSpec{Device::cuda, -1}; }, "model.device = \"cpu\"");
   refused([](RunConfig& c) { c.engine.kv_cache_dtype = KvCacheDtype::fp8_e4m3; }, "kv_cache_dtype");
   refused([](RunConfig& c) { c.rollout.top_p = 0.9; }, "top_p = 1");
   refused([](RunConfig& c) { c.tandem.enabled = true; }, "tandem");

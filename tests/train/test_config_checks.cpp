@@ -77,8 +77,8 @@ TEST(ConfigChecks, LossFamilyKeys) {
   // The resolved config written to the run directory parses back to the same values.
   auto back = run_config_parse(run_config_to_toml(c.value()), "back.toml");
   ASSERT_TRUE(back.ok()) << back.status().message();
-  EXPECT_EQ(back->train.importance_sampling_level, "sequence");
-  EXPECT_EQ(back->train.loss_type, "cispo");
+  EXPECT_EQ(back->train.importance_sampling_level, IsLevel::sequence);
+  EXPECT_EQ(back->train.loss_type, LossType::cispo);
 }
 
 TEST(ConfigChecks, CommandsRefuseDtypesTheCpuCannotRun) {
@@ -106,4 +106,30 @@ TEST(ConfigChecks, CommandsRefuseDtypesTheCpuCannotRun) {
   EXPECT_NE(out.find("model.dtype = \"bf16\""), std::string::npos) << out;
   EXPECT_NE(out.find("model.dtype = \"f32\""), std::string::npos) << out;
   EXPECT_EQ(out.find("Aborted"), std::string::npos) << out;
+}
+
+// Enum-like flags parse through one name table each: a bad name is a usage
+// error naming the flag, the value and the allowed names.
+TEST(ConfigChecks, CommandFlagsNameTheirAllowedValues) {
+  TmpDir t;
+  struct Case {
+    std::string args, allowed;
+  };
+  const std::string m = t.path + "/no-model", o = t.path + "/out";
+  const std::vector<Case> cases = {
+      {"generate --model " + m + " --prompt hi --device gpu", "'gpu' is not one of cpu, cuda"},
+      {"generate --model " + m + " --prompt hi --dtype f16", "'f16' is not one of f32, bf16"},
+      {"serve --model " + m + " --device tpu", "'tpu' is not one of cpu, cuda"},
+      {"sft --model " + m + " --data d.jsonl --out " + o + " --dtype fp8", "'fp8' is not one of f32, bf16"},
+      {"make-data arithmetic --out " + o + " --split dev", "'dev' is not one of train, test"},
+      {"make-data arithmetic --out " + o + " --style fancy", "'fancy' is not one of compact, verbose, expression"},
+      {"merge-lora --model " + m + " --lora l --out " + o + " --dtype f8", "'f8' is not one of as_loaded, bf16, f16, f32"},
+      {"init-model --preset tiny-llama --out " + o + " --dtype f16", "'f16' is not one of bf16, f32"},
+      {"tokenize --tokenizer " + m + " --text hi --on-error ignore", "'ignore' is not one of fail, skip"},
+  };
+  for (const auto& c : cases) {
+    std::string out;
+    EXPECT_NE(run_grpo(t, c.args, &out), 0) << c.args;
+    EXPECT_NE(out.find(c.allowed), std::string::npos) << c.args << "\n" << out;
+  }
 }

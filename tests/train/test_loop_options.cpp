@@ -1,5 +1,5 @@
 // GRPO-loop options end to end on the CPU: μ iterations and several optimizer
-// steps per generation batch (rollout logprobs as old logprobs, deferred
+// steps per generation batch (the trainer's logprobs at generation time as old logprobs, deferred
 // checkpoints), the KL term against a frozen reference, importance-sampling
 // correction, exact resume with all of these, early stopping, and rollouts over an
 // FP8 KV cache (engine.kv_cache_dtype), the [engine] section reaching the engine, and

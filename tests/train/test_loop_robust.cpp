@@ -193,7 +193,7 @@ TEST(RunConfigDiff, ListsChangedKeysAndRewards) {
   EXPECT_TRUE(run_config_diff(a, b).empty());
   b.rollout.num_generations = 2;
   b.model.path = "/elsewhere";
-  b.train.loss_type = "grpo";
+  b.train.loss_type = LossType::grpo;
   b.log.level = LogLevel::debug;         // does not change what is trained
   b.run.output_dir = "/other/dir";  // the directory being resumed
   b.reward[1].params["target"] = 9;

@@ -113,7 +113,7 @@ TEST(LossFormulas, NamesAndConfigErrors) {
   EXPECT_EQ(std::string(is_level_name(is_level_from_string("sequence").value())), "sequence");
   auto bad = is_level_from_string("seq");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("token or sequence"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("must be one of token, sequence"), std::string::npos) << bad.status().message();
   GrpoLossConfig c;
   c.loss_type = LossType::cispo;
   c.epsilon_high = 0.f;

@@ -149,7 +149,7 @@ TEST(RemoteConfig, KeysAndTheirChecks) {
   auto ok = run_config_parse(base + "[remote]\nport = 0\nmax_staleness = 3\nstale = \"down_weight\"\n", "t.toml");
   ASSERT_TRUE(ok.ok()) << ok.status().message();
   EXPECT_EQ(ok.value().remote.max_staleness, 3);
-  EXPECT_EQ(ok.value().remote.stale, "down_weight");
+  EXPECT_EQ(ok.value().remote.stale, StalePolicy::down_weight);
   auto msg = [&](const std::string& extra) {
     auto c = run_config_parse(base + extra, "t.toml");
     return c.ok() ? std::string() : c.status().message();

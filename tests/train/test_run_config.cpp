@@ -94,8 +94,8 @@ TEST(RunConfig, ParsesEverySection) {
   ASSERT_TRUE(r.ok()) << r.status().message();
   const RunConfig& c = *r;
   EXPECT_EQ(c.run.output_dir, "runs/gsm8k");
-  EXPECT_EQ(c.model.device, "cuda:0");
-  EXPECT_EQ(c.data.env, "gsm8k");
+  EXPECT_EQ(c.model.device, (DeviceSpec{Device::cuda, 0}));
+  EXPECT_EQ(c.data.env, EnvKind::gsm8k);
   EXPECT_EQ(c.data.prompt_template, "Question: {question}\nAnswer:");
   EXPECT_TRUE(c.data.use_chat_template);
   EXPECT_EQ(c.data.arithmetic.difficulty, 2);
@@ -104,7 +104,7 @@ TEST(RunConfig, ParsesEverySection) {
   EXPECT_DOUBLE_EQ(c.rollout.min_p, 0.05);
   EXPECT_DOUBLE_EQ(c.train.lr, 1e-6);
   EXPECT_DOUBLE_EQ(c.train.max_grad_norm, 1.0);
-  EXPECT_EQ(c.train.loss_type, "dr_grpo");
+  EXPECT_EQ(c.train.loss_type, LossType::dr_grpo);
   EXPECT_TRUE(c.train.mask_truncated_completions);
   ASSERT_EQ(c.reward.size(), 3u);
   EXPECT_EQ(c.reward[1].name, "format_strict");
@@ -244,7 +244,7 @@ TEST(RunConfig, FilesMustExist) {
 
   // gsm8k defaults resolve to the shipped files.
   RunConfig g;
-  g.data.env = "gsm8k";
+  g.data.env = EnvKind::gsm8k;
   auto p = run_config_resolve_paths(g, GRPO_SOURCE_DIR);
   ASSERT_TRUE(p.ok()) << p.status().message();
   EXPECT_EQ(p->train_data, std::string(GRPO_SOURCE_DIR) + "/data/gsm8k/train.jsonl");
@@ -262,7 +262,7 @@ TEST(RunConfig, MakesEachEnvironment) {
   EXPECT_EQ((*ea)->size(Split::test), 20u);
 
   RunConfig g;
-  g.data.env = "gsm8k";
+  g.data.env = EnvKind::gsm8k;
   auto pg = run_config_resolve_paths(g, GRPO_SOURCE_DIR);
   ASSERT_TRUE(pg.ok());
   auto eg = run_config_make_env(g, *pg);
@@ -272,7 +272,7 @@ TEST(RunConfig, MakesEachEnvironment) {
   std::string p = testing::TempDir() + "env_rows.jsonl";
   std::ofstream(p) << "{\"q\":\"1+1?\",\"a\":2}\n{broken\n{\"q\":\"2+2?\",\"a\":\"4\"}\n";
   RunConfig j;
-  j.data.env = "jsonl";
+  j.data.env = EnvKind::jsonl;
   j.data.train_path = p;
   j.data.prompt_field = "q";
   j.data.answer_field = "a";
@@ -298,7 +298,7 @@ TEST(RunConfig, DataDirectoriesAndEmptyEvalSetsAreErrors) {
   std::ofstream(train) << "{\"q\":\"1+1?\",\"a\":2}\n";
   std::ofstream(empty) << "";
   RunConfig j;
-  j.data.env = "jsonl";
+  j.data.env = EnvKind::jsonl;
   j.data.train_path = dir + "/shards";
   j.data.prompt_field = "q";
   j.data.answer_field = "a";
@@ -336,7 +336,7 @@ TEST(RunConfig, DataDirectoriesAndEmptyEvalSetsAreErrors) {
   EXPECT_NE(e.status().message().find("data.train_path = \"" + empty + "\": no examples (the file is empty)"),
             std::string::npos) << e.status().message();
   RunConfig g;
-  g.data.env = "gsm8k";
+  g.data.env = EnvKind::gsm8k;
   g.data.train_path = std::string(GRPO_SOURCE_DIR) + "/data/gsm8k/test.jsonl";
   g.data.eval_path = empty;
   g.eval.every = 10;
@@ -346,7 +346,7 @@ TEST(RunConfig, DataDirectoriesAndEmptyEvalSetsAreErrors) {
   ASSERT_FALSE(eg.ok());
   EXPECT_NE(eg.status().message().find("data.eval_path = \"" + empty + "\": no examples"), std::string::npos)
       << eg.status().message();
-  g.data.eval_split = "train";  // evals on the train split need no eval file
+  g.data.eval_split = Split::train;  // evals on the train split need no eval file
   EXPECT_TRUE(run_config_make_env(g, *pg).ok());
   std::filesystem::remove_all(dir);
 }

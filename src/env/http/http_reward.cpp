@@ -29,10 +29,10 @@ class HttpReward : public RewardFunction {
  public:
   HttpReward(double w, const json& p, std::string api_key)
       : RewardFunction("http", w), url_text_(p["url"].get<std::string>()), url_(http_url_parse(url_text_).value()),
-        batch_(p["mode"] == "batch"), batch_size_(size_t(p["batch_size"].get<int64_t>())),
+        batch_(reward_param_enum(p, "mode", remote_mode_names()) == RemoteMode::batch), batch_size_(size_t(p["batch_size"].get<int64_t>())),
         max_concurrency_(size_t(p["max_concurrency"].get<int64_t>())), timeout_s_(p["timeout"].get<double>()),
         retries_(int(p["retries"].get<int64_t>())), backoff_s_(p["backoff"].get<double>()),
-        zero_on_failure_(p["on_failure"] == "zero") {
+        zero_on_failure_(reward_param_enum(p, "on_failure", on_failure_names()) == OnFailure::zero) {
     for (auto it = p["headers"].begin(); it != p["headers"].end(); ++it) headers_.emplace(it.key(), it.value().get<std::string>());
     if (!api_key.empty()) headers_.emplace("Authorization", "Bearer " + api_key);
   }
