@@ -23,10 +23,11 @@ TOK=.carry/shared/tokenizers/qwen2
 OUT=${OUT:-/tmp/dist_cost}
 mkdir -p bench/results "$OUT/logs" runs/models
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-command -v mpirun >/dev/null || { echo "mpirun not found: the GPU machine needs OpenMPI for the --dist run"; exit 1; }
 model=runs/models/bench-$PRESET
 [ -f $model/config.json ] || $B/grpo init-model --preset $PRESET --out $model --tokenizer-dir $TOK || exit 1
-MPI="mpirun --allow-run-as-root -np 1"
+# Without OpenMPI there, the torchrun-style launch (RANK / WORLD_SIZE / MASTER_ADDR) bootstraps the same NCCL path.
+if command -v mpirun >/dev/null; then MPI="mpirun --allow-run-as-root -np 1"
+else MPI="env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29533"; echo "launch: $MPI"; fi
 for round in $(seq 1 "$ROUNDS"); do
   timeout 120 $B/bench_grpo --config $CFG --steps $STEPS --out-dir "$OUT" > "$OUT/logs/plain-$round.log" 2>&1
   echo "plain round $round rc=$?"; tail -1 "$OUT/logs/plain-$round.log"
