@@ -20,6 +20,7 @@
 #include "bench_util.h"
 #include "core/timer.h"
 #include "engine/engine.h"
+#include "engine/engine_config.h"
 #include "model/presets.h"
 #include "model/train_model.h"
 #include "train/lora_setup.h"
@@ -95,11 +96,18 @@ int main(int argc, char** argv) {
   } else {
     opt = optimizer_create(ctx, w, ac);
   }
-  EngineOptions eo;
-  eo.kv_cache_bytes = size_t(kv_gb * double(1ull << 30));
-  eo.max_num_seqs = n_prompts * group;
-  eo.max_num_batched_tokens = std::max(8192, n_prompts * group);
-  eo.use_cuda_graphs = graphs && co.device == Device::cuda;
+  // The [engine] section's path, as `grpo train` builds its engine (engine/engine_config.h).
+  EngineConfig ec;
+  ec.kv_cache_mib = int64_t(kv_gb * 1024.0);
+  ec.max_num_seqs = n_prompts * group;
+  ec.max_num_batched_tokens = std::max(8192, n_prompts * group);
+  ec.cuda_graphs = graphs ? CudaGraphsMode::automatic : CudaGraphsMode::off;
+  auto eo_r = engine_options_from_config(ec, co.device, w.config, w.dtype, MemoryUse{}, n_prompts * group);
+  if (!eo_r.ok()) {
+    std::fprintf(stderr, "bench_lora: %s\n", eo_r.status().message().c_str());
+    return 2;
+  }
+  EngineOptions eo = eo_r.value();
   eo.lora = adapters.get();
   Engine engine(ctx, w, nullptr, eo);
   GrpoStepOptions so;

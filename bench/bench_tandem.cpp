@@ -17,6 +17,7 @@
 #include "bench_util.h"
 #include "core/timer.h"
 #include "engine/engine.h"
+#include "engine/engine_config.h"
 #include "model/presets.h"
 #include "model/train_model.h"
 #include "train/loop_rollout.h"
@@ -39,11 +40,19 @@ struct Shape {
 nlohmann::json run_steps(Context& ctx, ModelWeights& w, const ModelWeights* partner, const TandemOptions& topt,
                          const Shape& sh, bool* ok) {
   const size_t used0 = device_used_bytes();
-  EngineOptions eo;
-  eo.kv_cache_bytes = size_t(sh.kv_gb * double(1ull << 30));
-  eo.max_num_seqs = sh.n_prompts * sh.group;
-  eo.max_num_batched_tokens = std::max(8192, sh.n_prompts * sh.group);
-  eo.use_cuda_graphs = sh.graphs && ctx.device() == Device::cuda;
+  // The [engine] section's path, as `grpo train` builds its engine (engine/engine_config.h).
+  EngineConfig ec;
+  ec.kv_cache_mib = int64_t(sh.kv_gb * 1024.0);
+  ec.max_num_seqs = sh.n_prompts * sh.group;
+  ec.max_num_batched_tokens = std::max(8192, sh.n_prompts * sh.group);
+  ec.cuda_graphs = sh.graphs ? CudaGraphsMode::automatic : CudaGraphsMode::off;
+  auto eo_r = engine_options_from_config(ec, ctx.device(), w.config, w.dtype, MemoryUse{}, sh.n_prompts * sh.group);
+  if (!eo_r.ok()) {
+    std::fprintf(stderr, "bench_tandem: %s\n", eo_r.status().message().c_str());
+    *ok = false;
+    return {};
+  }
+  const EngineOptions eo = eo_r.value();
   EngineTandem et{partner, topt};
   Engine engine(ctx, w, nullptr, eo, partner ? &et : nullptr);
   Optimizer opt = optimizer_create(ctx, w, AdamWConfig{});
