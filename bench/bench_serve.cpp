@@ -73,13 +73,16 @@ struct Latencies {
   }
 };
 
-// Offline: every request added at t0, the loop records token times from step events.
-Latencies run_offline(Context& ctx, Engine& eng, const Work& w) {
+// Offline: the loop records token times from step events. in_flight = 0: every request
+// added at t0; else at most in_flight requests at once, the next one added when one
+// finishes (what C clients that each send one request at a time give the engine).
+Latencies run_offline(Context& ctx, Engine& eng, const Work& w, int in_flight = 0) {
   Latencies L;
-  std::vector<double> last(w.prompts.size(), -1);
+  std::vector<double> last(w.prompts.size(), -1), start(w.prompts.size(), 0);
   const double t0 = now_seconds();
   std::vector<int64_t> rid_to_k;
-  for (size_t k = 0; k < w.prompts.size(); ++k) {
+  size_t next = 0;
+  auto add = [&](size_t k) {
     auto r = eng.add_request(w.prompts[k], params_for(w.out_lens[k], int(k)));
     if (!r.ok()) {
       std::fprintf(stderr, "bench_serve: %s\n", r.status().message().c_str());
@@ -87,7 +90,10 @@ Latencies run_offline(Context& ctx, Engine& eng, const Work& w) {
     }
     if (size_t(r.value()) >= rid_to_k.size()) rid_to_k.resize(size_t(r.value()) + 1, -1);
     rid_to_k[size_t(r.value())] = int64_t(k);
-  }
+    start[k] = now_seconds();
+  };
+  const size_t first = in_flight > 0 ? std::min(w.prompts.size(), size_t(in_flight)) : w.prompts.size();
+  for (; next < first; ++next) add(next);
   std::vector<TokenEvent> evs;
   while (eng.has_unfinished()) {
     evs.clear();
@@ -95,10 +101,11 @@ Latencies run_offline(Context& ctx, Engine& eng, const Work& w) {
     const double now = now_seconds();
     for (const auto& e : evs) {
       const size_t k = size_t(rid_to_k[size_t(e.request_id)]);
-      if (last[k] < 0) L.ttft.push_back(now - t0);
+      if (last[k] < 0) L.ttft.push_back(now - start[k]);
       else L.itl.push_back(now - last[k]);
       last[k] = now;
       ++L.tokens;
+      if (e.finish_reason != FinishReason::none && next < w.prompts.size()) add(next++);
     }
   }
   ctx.synchronize();
@@ -278,11 +285,24 @@ int main(int argc, char** argv) {
     svc.resume();
     const Latencies h = run_http(http.port(), work, c);
     const double ratio = (double(h.tokens) / h.seconds) / (double(off.tokens) / off.seconds);
-    std::printf("| %s | %s %s | %d | %.0f | %.2f | %.1f | %.1f | %.2f | %.2f |\n", preset.c_str(), device.c_str(),
-                dtype.c_str(), c, double(h.tokens) / h.seconds, ratio, pct(h.ttft, 50) * 1e3, pct(h.ttft, 99) * 1e3,
-                pct(h.itl, 50) * 1e3, pct(h.itl, 99) * 1e3);
+    // The engine alone at the same concurrency: what is left of the gap is HTTP's.
+    svc.pause_and_drain();
+    eng.reset_prefix_cache();
+    const Latencies oc = run_offline(ctx, eng, work, c);
+    eng.reset_prefix_cache();
+    svc.resume();
+    const double ratio_c = (double(h.tokens) / h.seconds) / (double(oc.tokens) / oc.seconds);
+    std::printf("| %s | %s %s | offline, %d at a time | %.0f | %.2f | %.1f | %.1f | %.2f | %.2f |\n", preset.c_str(),
+                device.c_str(), dtype.c_str(), c, double(oc.tokens) / oc.seconds,
+                (double(oc.tokens) / oc.seconds) / (double(off.tokens) / off.seconds), pct(oc.ttft, 50) * 1e3,
+                pct(oc.ttft, 99) * 1e3, pct(oc.itl, 50) * 1e3, pct(oc.itl, 99) * 1e3);
+    std::printf("| %s | %s %s | %d | %.0f | %.2f (%.2f of offline at %d) | %.1f | %.1f | %.2f | %.2f |\n", preset.c_str(),
+                device.c_str(), dtype.c_str(), c, double(h.tokens) / h.seconds, ratio, ratio_c, c,
+                pct(h.ttft, 50) * 1e3, pct(h.ttft, 99) * 1e3, pct(h.itl, 50) * 1e3, pct(h.itl, 99) * 1e3);
     runs["clients_" + std::to_string(c)] = h.to_json();
+    runs["offline_in_flight_" + std::to_string(c)] = oc.to_json();
     ratios["http_over_offline_tokens_per_s_clients_" + std::to_string(c)] = ratio;
+    ratios["http_over_offline_same_concurrency_clients_" + std::to_string(c)] = ratio_c;
   }
   http.drain_and_stop(10);
   svc.stop();
