@@ -29,6 +29,8 @@ const std::map<std::string, Values>& expected_keys() {
       {"engine.cuda_graphs", {"auto", "on", "off"}},
       {"engine.kv_cache_dtype", {"auto", "fp8", "fp8_e4m3"}},
       {"engine.speculative.method", {"off", "draft", "ngram"}},
+      {"engine.speculative.acceptance", {"rejection", "match"}},
+      {"train.on_policy", {"default", "bitwise"}},
       {"train.lr_schedule", {"constant", "linear", "cosine"}},
       {"train.loss_type", {"grpo", "bnpo", "dr_grpo", "dapo", "cispo"}},
       {"train.importance_sampling_level", {"token", "sequence"}},
