@@ -68,12 +68,16 @@ json.dump(cfg, open(sys.argv[2], "w"), indent=1)
 EOF
 
 MAX_BODY=65536
+# Two servers share the GPU: a fixed KV pool each, not gpu_memory_utilization of the whole card.
+DEVICE_FLAGS=()
+[ "$DEVICE" = cuda ] && DEVICE_FLAGS=(--kv-cache-mib 1024)
 # start_server LOG ARGS...: starts the server and waits for its "listening
 # on" line; sets SERVER_URL and SERVER_PID (no subshell, so PIDS keeps it).
 start_server() {
   local log="$1"; shift
   "$GRPO" serve --model "$MODEL" --device "$DEVICE" --host 127.0.0.1 --port 0 --max-body-bytes "$MAX_BODY" \
-    --max-prompt-tokens 512 --max-tokens-limit 64 --max-n 8 --max-queued-requests 256 --read-timeout 3 "$@" 2>"$log" >/dev/null &
+    --max-prompt-tokens 512 --max-tokens-limit 64 --max-n 8 --max-queued-requests 256 --read-timeout 3 \
+    "${DEVICE_FLAGS[@]}" "$@" 2>"$log" >/dev/null &
   SERVER_PID=$!
   PIDS+=("$SERVER_PID")
   local url=""
