@@ -129,15 +129,14 @@ struct FillJob {
 // into place with pread; the jobs are cut into chunks of about 8 MiB so that
 // n_threads threads share big tensors (the embedding is a fifth of a 0.5B model).
 Status fill_host(ModelWeights& host, const std::vector<HfTensorSpec>& specs, const std::vector<TensorSource>& src,
-                 int n_threads) {
-  constexpr size_t kChunkBytes = size_t(8) << 20;
+                 int n_threads, size_t chunk_bytes) {
   const DType dt = host.dtype;
   std::vector<FillJob> jobs;
   for (size_t i = 0; i < specs.size(); ++i) {
     Tensor dst = arch_view(host, specs[i]);
     const SafetensorsEntry* e = src[i].entry;
     const size_t n = size_t(e->numel());
-    const size_t step = std::max<size_t>(1, kChunkBytes / std::max(dtype_size(dt), dtype_size(e->dtype)));
+    const size_t step = std::max<size_t>(1, chunk_bytes / std::max(dtype_size(dt), dtype_size(e->dtype)));
     for (size_t b = 0; b < n; b += step)
       jobs.push_back({src[i].file, e, static_cast<char*>(dst.data) + b * dtype_size(dt), b, std::min(step, n - b)});
   }
@@ -186,14 +185,14 @@ Result<ModelWeights> model_load(const std::string& dir, Device dev, DType dt, Co
 
   ModelWeights host = weights_allocate(cfg, Device::cpu, dt);
   zero_arena_gaps(host);
-  GRPO_TRY(fill_host(host, specs, src, default_read_threads()));
+  GRPO_TRY(fill_host(host, specs, src, default_read_threads(), kReadChunkBytes));
   if (dev == Device::cpu) return host;
   ModelWeights w = weights_allocate(cfg, dev, dt);
   tensor_copy(w.arena, host.arena);
   return w;
 }
 
-Result<ModelConfig> model_read_into(const std::string& dir, ModelWeights& host, int n_threads) {
+Result<ModelConfig> model_read_into(const std::string& dir, ModelWeights& host, int n_threads, size_t chunk_bytes) {
   if (host.device != Device::cpu || host.arena.empty())
     return error_status("model_read_into: the destination must be an allocated host arena");
   GRPO_ASSIGN_OR_RETURN(ModelConfig cfg, model_config_load(dir + "/config.json"));
@@ -203,7 +202,7 @@ Result<ModelConfig> model_read_into(const std::string& dir, ModelWeights& host, 
   GRPO_ASSIGN_OR_RETURN(std::vector<TensorSource> src, match_tensors(host.config, ck, specs, dir));
   cfg.torch_dtype = hf_dtype_name(src[0].entry->dtype);
   zero_arena_gaps(host);
-  GRPO_TRY(fill_host(host, specs, src, n_threads > 0 ? n_threads : default_read_threads()));
+  GRPO_TRY(fill_host(host, specs, src, n_threads > 0 ? n_threads : default_read_threads(), std::max<size_t>(1, chunk_bytes)));
   return cfg;
 }
 

@@ -27,10 +27,14 @@ Result<ModelWeights> model_load(const std::string& dir, Device dev, DType dt, Co
 // staging copy reused across reloads) whose config decides the expected tensor
 // names and shapes: a file that differs is refused naming the tensor. Same-dtype
 // tensors are copied by n_threads threads (<= 0: up to 8, by core count) with
-// pread in 8 MiB chunks; other float dtypes convert. Returns dir's config.json
+// pread in chunks of chunk_bytes (big enough that each pread costs far more than
+// handing it out; small enough that the embedding, a fifth of a 0.5B model, is
+// split among all threads); other float dtypes convert. Returns dir's config.json
 // with torch_dtype set to the dtype the file holds; the caller compares it with
 // the running model (shapes are checked here, the remaining fields are not).
-Result<ModelConfig> model_read_into(const std::string& dir, ModelWeights& host, int n_threads = 0);
+inline constexpr size_t kReadChunkBytes = size_t(8) << 20;
+Result<ModelConfig> model_read_into(const std::string& dir, ModelWeights& host, int n_threads = 0,
+                                    size_t chunk_bytes = kReadChunkBytes);
 
 enum class SaveDType { as_loaded, bf16, f32, f16 };
 
