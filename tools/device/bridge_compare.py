@@ -18,18 +18,22 @@ TOL_TINY = 0.05
 TOL_DEEP = 0.1
 
 
+class BadAnswer(ValueError):
+    """A response that lacks what was asked for (not a transport error)."""
+
+
 def first_top(response):
     """{token text: logprob} of the first generated position of a /v1/completions
-    response requested with "logprobs": k. Raises ValueError naming what is missing."""
+    response requested with "logprobs": k. Raises BadAnswer naming what is missing."""
     try:
         lp = response["choices"][0]["logprobs"]
     except (KeyError, IndexError, TypeError):
-        raise ValueError("response has no choices[0].logprobs; request it with \"logprobs\": 5")
+        raise BadAnswer("response has no choices[0].logprobs; request it with \"logprobs\": 5")
     if not lp or not lp.get("top_logprobs"):
-        raise ValueError("response logprobs has no top_logprobs (empty completion, or logprobs not requested)")
+        raise BadAnswer("response logprobs has no top_logprobs (empty completion, or logprobs not requested)")
     top = lp["top_logprobs"][0]
     if not isinstance(top, dict) or not top:
-        raise ValueError("top_logprobs[0] is not a non-empty {token: logprob} object")
+        raise BadAnswer("top_logprobs[0] is not a non-empty {token: logprob} object")
     return {str(k): float(v) for k, v in top.items()}
 
 

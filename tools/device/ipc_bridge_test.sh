@@ -95,7 +95,7 @@ while alive():
         t_text, tv, t_top = post(tport, body)
         s_text, sv, s_top = post(sport, body)
         t_text2, tv2, _ = post(tport, body)
-    except ValueError as e:  # an answer without the logprobs asked for: a server bug, not the end
+    except bc.BadAnswer as e:  # an answer without the logprobs asked for: a server bug, not the end
         sys.exit(f"bad /v1/completions answer: {e}")
     except Exception as e:  # the trainer's server closes as it finishes
         break
