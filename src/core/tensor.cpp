@@ -115,6 +115,24 @@ Tensor tensor_empty(Device dev, DType dt, const std::vector<int64_t>& shape) {
   return t;
 }
 
+Tensor tensor_empty_pinned(DType dt, const std::vector<int64_t>& shape) {
+#ifdef GRPO_HAVE_CUDA
+  if (cuda_available()) {
+    Tensor t = tensor_borrow(nullptr, dt, Device::cpu, shape);
+    void* p = nullptr;
+    cudaError_t e = cudaHostAlloc(&p, t.nbytes() ? t.nbytes() : 64, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+      std::fprintf(stderr, "grpo: cudaHostAlloc of %zu bytes failed: %s\n", t.nbytes(), cudaGetErrorString(e));
+      std::abort();
+    }
+    t.owner = std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
+    t.data = p;
+    return t;
+  }
+#endif
+  return tensor_empty(Device::cpu, dt, shape);
+}
+
 Tensor tensor_zeros(Device dev, DType dt, std::initializer_list<int64_t> shape) {
   return tensor_zeros(dev, dt, std::vector<int64_t>(shape));
 }

@@ -54,6 +54,11 @@ Tensor tensor_borrow(void* data, DType dt, Device dev, const std::vector<int64_t
 // Allocates (64-byte aligned on the host, cudaMalloc on the device). Contents undefined.
 Tensor tensor_empty(Device dev, DType dt, std::initializer_list<int64_t> shape);
 Tensor tensor_empty(Device dev, DType dt, const std::vector<int64_t>& shape);
+// A host tensor in page-locked memory when CUDA is available (copies to the
+// device then run at full PCIe/NVLink speed without a driver bounce buffer),
+// else ordinary host memory. For staging buffers kept across many copies:
+// page-locking is slow to set up.
+Tensor tensor_empty_pinned(DType dt, const std::vector<int64_t>& shape);
 Tensor tensor_zeros(Device dev, DType dt, std::initializer_list<int64_t> shape);
 Tensor tensor_zeros(Device dev, DType dt, const std::vector<int64_t>& shape);
 

@@ -8,7 +8,11 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <algorithm>
+#include <atomic>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include "core/log.h"
 #include "model/arch.h"
@@ -71,18 +75,20 @@ const std::vector<std::string>& tokenizer_file_names() {
   return names;
 }
 
-Result<ModelWeights> model_load(const std::string& dir, Device dev, DType dt, Context* ctx) {
-  if (!is_float(dt)) return error_status(std::string("model_load: target dtype must be f32, bf16 or f16, not ") + dtype_name(dt));
-  if (dev != Device::cpu && !cuda_available())
-    return error_status("model_load: a CUDA device was requested but this build or machine has none");
-  GRPO_ASSIGN_OR_RETURN(ModelConfig cfg, model_config_load(dir + "/config.json"));
-  GRPO_ASSIGN_OR_RETURN(SafetensorsCheckpoint ck, SafetensorsCheckpoint::open(dir));
-  const std::vector<HfTensorSpec> specs = arch_tensors(cfg);
+namespace {
+
+struct TensorSource {
+  const SafetensorsFile* file;
+  const SafetensorsEntry* entry;
+};
+
+// Every tensor the architecture of `cfg` expects, found in `ck` with the shape it
+// implies and a float dtype; the error names the first that is not.
+Result<std::vector<TensorSource>> match_tensors(const ModelConfig& cfg, const SafetensorsCheckpoint& ck,
+                                                const std::vector<HfTensorSpec>& specs, const std::string& dir) {
   const std::string mismatch = ": the checkpoint in " + dir + " does not match its config.json (model_type " +
                                cfg.model_type + "); check that config.json and the weights belong to the same model";
-
-  // Validate everything before allocating.
-  std::vector<std::pair<const SafetensorsFile*, const SafetensorsEntry*>> src(specs.size());
+  std::vector<TensorSource> src(specs.size());
   std::set<std::string> expected;
   for (size_t i = 0; i < specs.size(); ++i) {
     const HfTensorSpec& s = specs[i];
@@ -107,26 +113,97 @@ Result<ModelWeights> model_load(const std::string& dir, Device dev, DType dt, Co
   if (!extra.empty())
     GRPO_LOG_WARN("%s: %zu tensor(s) not used by a %s model were ignored (first: \"%s\")", dir.c_str(), extra.size(),
                   cfg.model_type.c_str(), extra[0].c_str());
-  cfg.torch_dtype = hf_dtype_name(src[0].second->dtype);  // what the file actually holds
+  return src;
+}
+
+// One piece of work of fill_host: a byte range read from the file (same dtype) or
+// an element range converted from the mapping.
+struct FillJob {
+  const SafetensorsFile* file;
+  const SafetensorsEntry* entry;
+  char* dst;
+  size_t first, count;  // elements of the tensor
+};
+
+// Fills the views of `host` from the file(s). Same-dtype tensors are read straight
+// into place with pread; the jobs are cut into chunks of about 8 MiB so that
+// n_threads threads share big tensors (the embedding is a fifth of a 0.5B model).
+Status fill_host(ModelWeights& host, const std::vector<HfTensorSpec>& specs, const std::vector<TensorSource>& src,
+                 int n_threads, size_t chunk_bytes) {
+  const DType dt = host.dtype;
+  std::vector<FillJob> jobs;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    Tensor dst = arch_view(host, specs[i]);
+    const SafetensorsEntry* e = src[i].entry;
+    const size_t n = size_t(e->numel());
+    const size_t step = std::max<size_t>(1, chunk_bytes / std::max(dtype_size(dt), dtype_size(e->dtype)));
+    for (size_t b = 0; b < n; b += step)
+      jobs.push_back({src[i].file, e, static_cast<char*>(dst.data) + b * dtype_size(dt), b, std::min(step, n - b)});
+  }
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  Status first_error = ok_status();
+  auto worker = [&] {
+    for (size_t j; (j = next.fetch_add(1)) < jobs.size();) {
+      const FillJob& job = jobs[j];
+      const size_t ss = dtype_size(job.entry->dtype);
+      if (job.entry->dtype == dt) {
+        Status s = job.file->pread_into(job.dst, job.entry->begin + job.first * ss, job.count * ss);
+        if (!s.ok()) {
+          std::lock_guard<std::mutex> lk(mu);
+          if (first_error.ok()) first_error = s;
+          next = jobs.size();  // the load fails anyway: stop reading
+        }
+      } else {
+        convert_range(job.dst, dt, static_cast<const char*>(job.file->data(*job.entry)) + job.first * ss,
+                      job.entry->dtype, job.count);
+      }
+    }
+  };
+  const int n = std::max(1, std::min<int>(n_threads, int(jobs.size())));
+  std::vector<std::thread> threads;
+  for (int t = 1; t < n; ++t) threads.emplace_back(worker);
+  worker();
+  for (auto& t : threads) t.join();
+  return first_error;
+}
+
+int default_read_threads() { return int(std::clamp(std::thread::hardware_concurrency(), 1u, 8u)); }
+
+}  // namespace
+
+Result<ModelWeights> model_load(const std::string& dir, Device dev, DType dt, Context* ctx) {
+  (void)ctx;
+  if (!is_float(dt)) return error_status(std::string("model_load: target dtype must be f32, bf16 or f16, not ") + dtype_name(dt));
+  if (dev != Device::cpu && !cuda_available())
+    return error_status("model_load: a CUDA device was requested but this build or machine has none");
+  GRPO_ASSIGN_OR_RETURN(ModelConfig cfg, model_config_load(dir + "/config.json"));
+  GRPO_ASSIGN_OR_RETURN(SafetensorsCheckpoint ck, SafetensorsCheckpoint::open(dir));
+  const std::vector<HfTensorSpec> specs = arch_tensors(cfg);
+  GRPO_ASSIGN_OR_RETURN(std::vector<TensorSource> src, match_tensors(cfg, ck, specs, dir));  // before allocating
+  cfg.torch_dtype = hf_dtype_name(src[0].entry->dtype);  // what the file actually holds
 
   ModelWeights host = weights_allocate(cfg, Device::cpu, dt);
   zero_arena_gaps(host);
-  for (size_t i = 0; i < specs.size(); ++i) {
-    Tensor dst = arch_view(host, specs[i]);
-    const SafetensorsEntry* e = src[i].second;
-    const char* sp = static_cast<const char*>(src[i].first->data(*e));
-    const size_t n = size_t(e->numel());
-    auto body = [&](int64_t b, int64_t en) {
-      convert_range(static_cast<char*>(dst.data) + size_t(b) * dtype_size(dt), dt, sp + size_t(b) * dtype_size(e->dtype),
-                    e->dtype, size_t(en - b));
-    };
-    if (ctx && n >= (1u << 18)) ctx->parallel_for(int64_t(n), body, 1 << 16);
-    else body(0, int64_t(n));
-  }
+  GRPO_TRY(fill_host(host, specs, src, default_read_threads(), kReadChunkBytes));
   if (dev == Device::cpu) return host;
   ModelWeights w = weights_allocate(cfg, dev, dt);
   tensor_copy(w.arena, host.arena);
   return w;
+}
+
+Result<ModelConfig> model_read_into(const std::string& dir, ModelWeights& host, int n_threads, size_t chunk_bytes) {
+  if (host.device != Device::cpu || host.arena.empty())
+    return error_status("model_read_into: the destination must be an allocated host arena");
+  GRPO_ASSIGN_OR_RETURN(ModelConfig cfg, model_config_load(dir + "/config.json"));
+  GRPO_ASSIGN_OR_RETURN(SafetensorsCheckpoint ck, SafetensorsCheckpoint::open(dir));
+  // The destination's layout decides the shapes: a file of other shapes is refused here.
+  const std::vector<HfTensorSpec> specs = arch_tensors(host.config);
+  GRPO_ASSIGN_OR_RETURN(std::vector<TensorSource> src, match_tensors(host.config, ck, specs, dir));
+  cfg.torch_dtype = hf_dtype_name(src[0].entry->dtype);
+  zero_arena_gaps(host);
+  GRPO_TRY(fill_host(host, specs, src, n_threads > 0 ? n_threads : default_read_threads(), std::max<size_t>(1, chunk_bytes)));
+  return cfg;
 }
 
 namespace {

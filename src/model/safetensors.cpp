@@ -75,10 +75,12 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   size_t size = size_t(st.st_size);
   if (size < 8) { ::close(fd); return fail("file is " + std::to_string(size) + " bytes, too short for a safetensors header (truncated?)"); }
   void* m = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (m == MAP_FAILED) return fail("mmap failed: " + sys_err());
+  if (m == MAP_FAILED) { ::close(fd); return fail("mmap failed: " + sys_err()); }
   SafetensorsFile f;
   f.path_ = path;
+  // Kept open so that pread_into reads the very file the header came from, even
+  // when the path is replaced meanwhile.
+  f.fd_ = std::shared_ptr<int>(new int(fd), [](int* q) { ::close(*q); delete q; });
   f.map_ = std::shared_ptr<void>(m, [size](void* p) { munmap(p, size); });
   const unsigned char* p = static_cast<const unsigned char*>(m);
   uint64_t n = 0;
@@ -90,6 +92,7 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   json h = json::parse(reinterpret_cast<const char*>(p + 8), reinterpret_cast<const char*>(p + 8 + n), nullptr, false);
   if (h.is_discarded() || !h.is_object()) return fail("malformed header JSON (corrupt file); re-download or re-save it");
   f.base_ = reinterpret_cast<const char*>(p) + 8 + n;
+  f.data_offset_ = size_t(8 + n);
   f.data_size_ = size - 8 - n;
   for (auto it = h.begin(); it != h.end(); ++it) {
     if (it.key() == "__metadata__") {
@@ -146,6 +149,23 @@ const SafetensorsEntry* SafetensorsFile::find(const std::string& name) const {
 }
 
 const void* SafetensorsFile::data(const SafetensorsEntry& e) const { return base_ + e.begin; }
+
+Status SafetensorsFile::pread_into(void* dst, size_t begin, size_t n) const {
+  if (begin > data_size_ || n > data_size_ - begin)
+    return error_status(path_ + ": read of bytes [" + std::to_string(begin) + ", " + std::to_string(begin + n) +
+                        ") is outside the data section of " + std::to_string(data_size_) + " bytes");
+  char* d = static_cast<char*>(dst);
+  size_t done = 0;
+  while (done < n) {
+    ssize_t r = ::pread(*fd_, d + done, n - done, off_t(data_offset_ + begin + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return error_status(path_ + ": read failed: " + sys_err());
+    if (r == 0)
+      return error_status(path_ + ": the file ended early (truncated while being read?); save the checkpoint again");
+    done += size_t(r);
+  }
+  return ok_status();
+}
 
 Result<Tensor> SafetensorsFile::tensor(const std::string& name) const {
   const SafetensorsEntry* e = find(name);

@@ -36,6 +36,10 @@ class SafetensorsFile {
   const SafetensorsEntry* find(const std::string& name) const;                       // null if absent
   // Raw bytes of a tensor inside the mapping.
   const void* data(const SafetensorsEntry& e) const;
+  // Copies data-section bytes [begin, begin + n) to dst with pread on the open
+  // file: no page faults on the mapping, so several threads reading disjoint
+  // ranges of a file in the page cache run at memory speed.
+  Status pread_into(void* dst, size_t begin, size_t n) const;
   // Host view of the tensor borrowing the mapping (zero-copy). Fails for rank > 4.
   Result<Tensor> tensor(const std::string& name) const;
   // The tensor as `dt` on the host: the zero-copy view when the dtype matches and
@@ -45,6 +49,8 @@ class SafetensorsFile {
  private:
   std::string path_;
   std::shared_ptr<void> map_;  // the mapping; unmapped when the last view is gone
+  std::shared_ptr<int> fd_;    // the file the mapping came from; closed with the last copy
+  size_t data_offset_ = 0;     // file offset of the data section
   const char* base_ = nullptr; // start of the data section
   size_t data_size_ = 0;
   std::vector<SafetensorsEntry> entries_;

@@ -123,7 +123,6 @@ Result<bool> WeightWatcher::load(const WatchedCheckpoint& c) {
   const std::string what = "checkpoint " + c.path;
   const double t0 = now_seconds();
   // Staged without ctx: its thread pool and stream belong to the engine loop.
-  std::optional<ModelWeights> full;
   std::optional<LoraWeights> adapter;
   if (c.adapter) {
     if (!lora_)
@@ -147,22 +146,29 @@ Result<bool> WeightWatcher::load(const WatchedCheckpoint& c) {
     auto cfg = model_config_load((fs::path(c.path) / "config.json").string());
     if (!cfg.ok()) return cfg.status().with_context(what);
     GRPO_TRY(watch_check_same_model(w_.config, cfg.value(), what));  // before reading the weights
-    auto m = model_load(c.path, w_.device, w_.dtype, nullptr);
-    if (!m.ok()) return m.status().with_context(what);
-    GRPO_TRY(watch_check_same_model(w_.config, m.value().config, what));
-    if (m.value().arena.numel() != w_.arena.numel())
-      return error_status(what + ": " + std::to_string(m.value().arena.numel()) + " parameters, the served model has " +
-                          std::to_string(w_.arena.numel()));
-    full = std::move(m).value();
+    if (!host_stage_) {
+      host_stage_.emplace();
+      weights_bind(*host_stage_, w_.config, tensor_empty_pinned(w_.dtype, {w_.arena.numel()}));
+    }
+    auto read = model_read_into(c.path, *host_stage_);
+    if (!read.ok()) return read.status().with_context(what);
+    GRPO_TRY(watch_check_same_model(w_.config, read.value(), what));
   }
   // Rewritten while we read it: its files may mix two saves. Retry on the next poll.
   if (identity_of(c.path, c.adapter) != c.identity) return false;
+  const double t_read = now_seconds();
+  if (!c.adapter && w_.device != Device::cpu) {
+    // Up to the device beside the serving engine, so that the pause covers only a
+    // device-to-device copy.
+    if (dev_stage_.empty()) dev_stage_ = tensor_empty(w_.device, w_.dtype, {w_.arena.numel()});
+    tensor_copy(dev_stage_, host_stage_->arena);
+  }
   const double t1 = now_seconds();
 
   svc_.pause_and_drain();
   const double t2 = now_seconds();
-  if (full) tensor_copy(w_.arena, full->arena);
-  else tensor_copy(lora_->arena, adapter->arena);
+  if (c.adapter) tensor_copy(lora_->arena, adapter->arena);
+  else tensor_copy(w_.arena, w_.device != Device::cpu ? dev_stage_ : host_stage_->arena);
   ctx_.synchronize();
   eng_.reset_prefix_cache();  // cached KV was computed by the old weights
   const int64_t version = c.step >= 0 ? c.step : svc_.policy_version() + 1;
@@ -176,6 +182,7 @@ Result<bool> WeightWatcher::load(const WatchedCheckpoint& c) {
   stats_.version = version;
   stats_.loaded_path = c.path;
   stats_.last_stage_s = t1 - t0;
+  stats_.last_upload_s = t1 - t_read;
   stats_.last_pause_s = t2 - t1;
   stats_.last_swap_s = t3 - t2;
   return true;
@@ -197,9 +204,9 @@ void WeightWatcher::start() {
                        (long long)s.version);
       else if (r.value())
         GRPO_LOG_INFO("serve --watch: loaded %s as policy version %lld in %.3f s (read %.3f s, wait for in-flight "
-                      "requests %.3f s, swap %.4f s)",
+                      "requests %.3f s, swap %.4f s); the read's copy to the device %.3f s",
                       s.loaded_path.c_str(), (long long)s.version, s.last_stage_s + s.last_pause_s + s.last_swap_s,
-                      s.last_stage_s, s.last_pause_s, s.last_swap_s);
+                      s.last_stage_s, s.last_pause_s, s.last_swap_s, s.last_upload_s);
       lk.lock();
       cv_.wait_for(lk, std::chrono::duration<double>(opt_.poll_interval_s), [&] { return stop_; });
     }

@@ -10,12 +10,16 @@
 // new when its identity (directory inode and the weight file's mtime and size)
 // differs from the one loaded last.
 //
-// The slow part (reading and converting the files) runs beside the serving
-// engine into a staging copy; only the copy into the engine's buffers runs with
-// the service paused: EngineService::pause_and_drain lets admitted requests
-// finish on the old weights, new ones queue, and every request is answered under
-// exactly one policy version (the checkpoint's optimizer step). The staging copy
-// costs one more set of weights (or adapters) of memory while it lives.
+// The slow part runs beside the serving engine: full weights are read (parallel
+// preads, model_read_into) into a host staging arena in page-locked memory and
+// copied up into a device staging arena; only the device-to-device copy into the
+// engine's buffers runs with the service paused: EngineService::pause_and_drain
+// lets admitted requests finish on the old weights, new ones queue, and every
+// request is answered under exactly one policy version (the checkpoint's
+// optimizer step). Both staging arenas are allocated at the first reload and
+// kept (page-locking 1 GB costs about as much as reading it): one more set of
+// weights in host memory and one on the device for the server's lifetime.
+// Adapters are small and load through lora_load into a fresh staging copy.
 //
 // It sits in server/ rather than dist/ because it drives the EngineService and
 // reads the trainer's checkpoint layout (engine/ and train/ are above dist/).
@@ -62,7 +66,8 @@ struct WatchStats {
   int64_t n_loaded = 0, n_refused = 0;
   int64_t version = 0;          // the policy version of the weights served now
   std::string loaded_path;      // "" until a checkpoint was loaded
-  double last_stage_s = 0;      // reading + converting, beside the serving engine
+  double last_stage_s = 0;      // reading + converting + copying up, beside the serving engine
+  double last_upload_s = 0;     // of which the host-to-device staging copy
   double last_pause_s = 0;      // waiting for in-flight requests to finish
   double last_swap_s = 0;       // copying into the engine's buffers (service paused)
   std::string last_error;
@@ -99,6 +104,8 @@ class WeightWatcher {
   LoraWeights* lora_;
   WatchOptions opt_;
   std::string done_identity_;  // loaded or refused last (not retried)
+  std::optional<ModelWeights> host_stage_;  // full weights: page-locked host staging, the engine's layout
+  Tensor dev_stage_;                        // full weights on CUDA: device staging arena
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;

@@ -281,3 +281,49 @@ TEST(Checkpoint, AtomicReplaceKeepsUnrelatedFilesAndSurvivesFailure) {
   EXPECT_EQ(read_file(dir + "/note.txt").value(), "hi");
   for (const auto& e : fs::directory_iterator(tmp.path)) EXPECT_EQ(e.path().filename(), "ck");
 }
+
+// model_read_into: a kept arena (filled with junk first) gets exactly the file's
+// values, whatever the chunking and thread count; the expected values are the
+// counting weights rounded by f32_to_bf16 element by element, not the reader.
+TEST(Checkpoint, ReadIntoKeptArenaSmallChunksManyThreads) {
+  TempDir tmp;
+  ModelConfig cfg = model_config_from_json(small_qwen2()).value();
+  ModelWeights w = counting_weights(cfg);
+  for (int64_t i = 0; i < w.arena.numel(); ++i) w.arena.ptr<float>()[i] *= 0.37f;  // values bf16 must round
+  ASSERT_TRUE(model_save(tmp.path, w, {.dtype = SaveDType::bf16}).ok());
+  for (DType dt : {DType::bf16, DType::f32})
+    for (auto [threads, chunk] : {std::pair{1, size_t(1) << 20}, {3, size_t(6)}, {8, size_t(34)}}) {
+      ModelWeights host = weights_allocate(cfg, Device::cpu, dt);
+      std::memset(host.arena.data, 0xAB, host.arena.nbytes());
+      auto r = model_read_into(tmp.path, host, threads, chunk);
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      EXPECT_EQ(r.value().torch_dtype, "bfloat16");
+      auto pw = w.params(), ph = host.params();
+      ASSERT_EQ(pw.size(), ph.size());
+      for (size_t k = 0; k < pw.size(); ++k) {
+        const float* src = pw[k].second->ptr<float>();
+        for (int64_t i = 0; i < pw[k].second->numel(); ++i) {
+          const uint16_t want = f32_to_bf16(src[i]);
+          if (dt == DType::bf16)
+            ASSERT_EQ(ph[k].second->ptr<uint16_t>()[i], want) << pw[k].first << "[" << i << "] chunk " << chunk;
+          else
+            ASSERT_EQ(ph[k].second->ptr<float>()[i], bf16_to_f32(want)) << pw[k].first << "[" << i << "]";
+        }
+      }
+    }
+}
+
+TEST(Checkpoint, ReadIntoRefusesOtherShapesNamingTheTensor) {
+  TempDir tmp;
+  ModelConfig cfg = model_config_from_json(small_qwen2()).value();
+  ASSERT_TRUE(model_save(tmp.path, counting_weights(cfg), {.dtype = SaveDType::f32}).ok());
+  json other = small_qwen2();
+  other["intermediate_size"] = 16;
+  ModelWeights host = weights_allocate(model_config_from_json(other).value(), Device::cpu, DType::f32);
+  auto r = model_read_into(tmp.path, host, 2);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("mlp"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("has shape"), std::string::npos) << r.status().message();
+  ModelWeights dev_like;  // not allocated
+  EXPECT_FALSE(model_read_into(tmp.path, dev_like, 1).ok());
+}

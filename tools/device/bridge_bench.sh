@@ -3,7 +3,8 @@
 # machine: `grpo serve --watch RUN --device cuda` on a random-init preset, then N new
 # checkpoints published the way grpo train publishes them (built in
 # checkpoint-<step>.partial-<pid>, renamed into place; each with other weights).
-# For each: the server's own figures (read, wait for in-flight requests, swap) and
+# For each: the server's own figures (read, of which the copy up to the device; wait
+# for in-flight requests; swap) and
 # the wall time from the rename until /health reports the new policy version.
 # Writes bench/results/bridge_reload-<preset>.json.
 # Usage: PRESET=qwen2.5-0.5b N=5 bash tools/device/bridge_bench.sh
@@ -51,14 +52,16 @@ for k in range(1, n + 1):
         time.sleep(0.002)
     walls.append(time.perf_counter() - t0)
     print(f"checkpoint-{step}: live after {walls[-1]:.3f} s")
-pat = re.compile(r"loaded .* as policy version (\d+) in ([0-9.]+) s \(read ([0-9.]+) s, wait for in-flight requests ([0-9.]+) s, swap ([0-9.]+) s\)")
+pat = re.compile(r"loaded .* as policy version (\d+) in ([0-9.]+) s \(read ([0-9.]+) s, wait for in-flight requests ([0-9.]+) s, swap ([0-9.]+) s\); the read's copy to the device ([0-9.]+) s")
 rows = [tuple(map(float, m.groups()[1:])) for m in map(pat.search, open(log)) if m]
+if len(rows) != n: sys.exit(f"{len(rows)} load lines of the expected form in {log}, expected {n}")
 dev = "cpu" if device == "cpu" else subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
                                                    capture_output=True, text=True).stdout.strip()
 load = [r[0] for r in rows]
 metrics = {"load_s_median": sorted(load)[len(load) // 2], "load_s_max": max(load),
            "read_s_median": sorted(r[1] for r in rows)[len(rows) // 2],
            "swap_s_median": sorted(r[3] for r in rows)[len(rows) // 2],
+           "read_upload_s_median": sorted(r[4] for r in rows)[len(rows) // 2],
            "rename_to_live_s_median": sorted(walls)[len(walls) // 2], "rename_to_live_s_max": max(walls),
            "n_reloads": len(rows), "target_s": 1.0}
 out = {"bench": "bridge_reload", "date": datetime.date.today().isoformat(), "device": dev,
