@@ -34,7 +34,7 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
     int cap = std::min({so.num_speculative_tokens, s->params.max_tokens - s->n_completion() - 1,
                         s->max_total - s->n_total() - 1});
     if (so.method == SpecMethod::ngram) {
-      ready_prop.push_back(cap > 0 ? spec_ngram_propose(s->tokens, so.ngram_min, so.ngram_max, cap)
+      ready_prop.push_back(cap > 0 ? s->ngram.propose(s->tokens, so.ngram_min, so.ngram_max, cap)
                                    : std::vector<int32_t>{});
       cap = int(ready_prop.back().size());
     }

@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "engine/engine.h"
+#include "engine/ngram_index.h"
 #include "engine/speculative.h"
 #include "engine_test_util.h"
 #include "model/presets.h"
@@ -123,6 +124,25 @@ TEST(Speculative, NgramProposesWhatFollowedTheMostRecentLongestMatch) {
   EXPECT_EQ(spec_ngram_propose({5, 6, 5}, 1, 2, 4), (std::vector<int32_t>{6, 5}));
   // ngram_min above every matching length: nothing.
   EXPECT_TRUE(spec_ngram_propose({5, 6, 5}, 2, 3, 4).empty());
+}
+
+// The incremental index against the scan (spec_ngram_propose, checked above): same proposal
+// after every appended token, over a small vocabulary so that matches of every length occur.
+TEST(Speculative, NgramIndexProposesWhatTheScanProposes) {
+  uint64_t x = 12345;
+  auto next = [&] {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    return int32_t((x >> 33) % 5);
+  };
+  for (int n_min : {1, 2}) {
+    NgramIndex idx;
+    std::vector<int32_t> t;
+    for (int i = 0; i < 400; ++i) {
+      t.push_back(next());
+      const int k = 1 + i % 4;
+      ASSERT_EQ(idx.propose(t, n_min, 4, k), spec_ngram_propose(t, n_min, 4, k)) << "n_min " << n_min << " length " << t.size();
+    }
+  }
 }
 
 TEST(Speculative, GreedyEqualsPlainForEveryProposer) {
