@@ -190,16 +190,20 @@ std::vector<int> SpecAdaptive::plan(const std::vector<double>& alpha, bool has_d
   std::vector<double> a1(static_cast<size_t>(B));
   for (size_t s = 0; s < a1.size(); ++s) a1[s] = cap(s) <= 0 ? -1.0 : alpha[s] >= 0 ? alpha[s] : alpha_[1];
   std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return a1[x] > a1[y]; });
-  const double plain_rate = double(B) / std::max(plain.predict(B), 1e-12);
+  const double plain_t = std::max(plain.predict(B), 1e-12);
+  const double plain_rate = double(B) / plain_t;
   double best_rate = plain_rate * 1.02;
   int best_k = 0, best_m = 0;
   for (int k = 1; k <= k_max_; ++k) {
     double e = B;
     for (int m = 1; m <= B; ++m) {
-      if (a1[order[size_t(m - 1)]] < 0) break;  // nothing to propose from here on
+      if (a1[order[size_t(m - 1)]] <= 0) break;  // nothing (or nothing acceptable) to propose from here on
       e += gain(order[size_t(m - 1)], k);
       double cost = verify.predict(double(B + m * k));
       if (has_draft) cost += k * draft.predict(m);
+      // A drafting step does a plain step's work and more: measurement noise must not make
+      // it look cheaper (it would then "win" with no accepted drafts at all).
+      cost = std::max(cost, plain_t);
       const double rate = e / std::max(cost, 1e-12);
       if (rate > best_rate) {
         best_rate = rate;
