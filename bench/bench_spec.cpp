@@ -44,6 +44,7 @@ struct Case {
 struct Timed {
   double seconds = 0, tokens = 0;
   int64_t proposed = 0, accepted = 0, steps = 0;
+  int64_t drafting_steps = 0;  // speculative engine: steps that verified drafts (the rest ran plain)
 };
 
 Result<Timed> time_generate(Context& ctx, ModelWeights& w, const Tokenizer* tok, const EngineOptions& eo,
@@ -66,6 +67,7 @@ Result<Timed> time_generate(Context& ctx, ModelWeights& w, const Tokenizer* tok,
   t.proposed = eng.stats().spec_proposed - s0.spec_proposed;
   t.accepted = eng.stats().spec_accepted - s0.spec_accepted;
   t.steps = eng.stats().steps - s0.steps;
+  t.drafting_steps = eng.stats().spec_steps - s0.spec_steps;
   return t;
 }
 
@@ -174,8 +176,8 @@ int main(int argc, char** argv) {
               "layerskip draft = first %d layers\n",
               model.c_str(), w.config.n_layers, (long long)w.config.n_params(), device.c_str(), new_tokens,
               temperature, k, adaptive ? "on" : "off", skip.config.n_layers);
-  std::printf("%-10s %6s %6s %12s %12s %7s %10s\n", "draft", "B", "G", "plain tok/s", "spec tok/s", "ratio",
-              "acceptance");
+  std::printf("%-10s %6s %6s %12s %12s %7s %10s %14s\n", "draft", "B", "G", "plain tok/s", "spec tok/s", "ratio",
+              "acceptance", "drafting/steps");
   nlohmann::json rows = nlohmann::json::array();
   for (auto [B, G] : shapes) {
     std::vector<std::vector<int32_t>> prompts;
@@ -213,12 +215,14 @@ int main(int argc, char** argv) {
       if (!spec.ok()) return fail(spec.status().message());
       const double tp = plain->tokens / plain->seconds, ts = spec->tokens / spec->seconds;
       const double acc = spec->proposed ? double(spec->accepted) / double(spec->proposed) : 0.0;
-      std::printf("%-10s %6d %6d %12.1f %12.1f %7.3f %10.3f\n", d.c_str(), B, G, tp, ts, ts / tp, acc);
+      std::printf("%-10s %6d %6d %12.1f %12.1f %7.3f %10.3f %6lld/%-7lld\n", d.c_str(), B, G, tp, ts, ts / tp, acc,
+                  (long long)spec->drafting_steps, (long long)spec->steps);
       std::fflush(stdout);
       rows.push_back({{"draft", d}, {"prompts", B}, {"group", G}, {"sequences", B * G},
                       {"plain_tokens_per_s", tp}, {"spec_tokens_per_s", ts}, {"ratio", ts / tp},
                       {"acceptance", acc}, {"proposed", spec->proposed}, {"accepted", spec->accepted},
-                      {"plain_steps", plain->steps}, {"spec_steps", spec->steps}});
+                      {"plain_steps", plain->steps}, {"spec_steps", spec->steps},
+                      {"spec_drafting_steps", spec->drafting_steps}});
     }
   }
   if (!json_path.empty()) {

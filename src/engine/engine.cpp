@@ -100,7 +100,7 @@ Engine::Engine(Context& ctx, ModelWeights& w, const Tokenizer* tok, EngineOption
     const Status ok = spec_check_draft(w.config, draft->config, max_model_len_);
     GRPO_CHECK_MSG(ok.ok(), ok.message().c_str());
     draft_ = std::make_unique<SpecDraft>(ctx_, *draft, opt_, geo);
-    draft_->fit = &adapt_->draft;
+    draft_->times = &adapt_->draft;
   }
   if (tandem) {
     const Status ok = tandem_check_partner(w.config, tandem->partner->config, max_model_len_);
@@ -208,9 +208,17 @@ bool Engine::abort_request(int64_t request_id) {
 
 std::vector<RequestOutput> Engine::step(std::vector<TokenEvent>* events) {
   if (opt_.speculative.enabled()) return step_speculative(events);
+  return step_plain(events);
+}
+
+std::vector<RequestOutput> Engine::step_plain(std::vector<TokenEvent>* events) {
   std::vector<RequestOutput> done;
   SchedulerOutput out = scheduler_->schedule();
-  if (out.empty() && !out.preempted.empty()) out = scheduler_->schedule();  // admissions wait a pass after preemption
+  if (out.empty() && !out.preempted.empty()) {
+    for (Sequence* s : out.preempted) s->draft_computed = 0;
+    out = scheduler_->schedule();  // admissions wait a pass after preemption
+  }
+  for (Sequence* s : out.preempted) s->draft_computed = 0;  // a draft model's pool lost it too
   if (out.empty()) {
     GRPO_CHECK_MSG(!scheduler_->has_work(), "engine: requests are queued but none can be scheduled");
     return done;
@@ -223,8 +231,16 @@ std::vector<RequestOutput> Engine::step(std::vector<TokenEvent>* events) {
     if (ss.sample) rows.push_back(row_sampling(*ss.seq));
   }
   std::vector<SampledRow> sampled;
+  const double t0 = now_seconds();
   if (tandem_active()) tandem_->execute(*runner_, out, rows, sampled);
   else runner_->execute(out, rows, sampled);
+  // Speculative engines: the adaptive plan compares drafting against this (decode-only
+  // steps; execute has synchronised on the sampled tokens).
+  if (adapt_) {
+    ++stats_.spec_plain_steps;
+    if (out.n_tokens == int(out.seqs.size()) && out.n_sampled == out.n_tokens)
+      adapt_->plain.add(double(out.n_tokens), now_seconds() - t0);
+  }
   scheduler_->on_step_done(out);
   ++stats_.steps;
   stats_.tokens_computed += out.n_tokens;

@@ -106,6 +106,7 @@ struct EngineStats {
   int64_t tandem_trained_tokens = 0;  // tandem: completion tokens the trained model wrote
   int64_t tandem_partner_tokens = 0;  // tandem: completion tokens the partner wrote
   int64_t spec_steps = 0;             // speculative: steps that verified drafts
+  int64_t spec_plain_steps = 0;       // speculative: steps run as plain decoding (k = 0 everywhere)
   int64_t spec_proposed = 0, spec_accepted = 0;
 };
 
@@ -179,6 +180,7 @@ class Engine {
   // at: the completion index being sampled (-1: the next one).
   RowSampling row_sampling(const Sequence& s, int at = -1) const;
   std::vector<RequestOutput> step_speculative(std::vector<TokenEvent>* events);  // engine/speculative_engine.cpp
+  std::vector<RequestOutput> step_plain(std::vector<TokenEvent>* events);
   // The TokenEvent of a token just given to on_token (nullptr without events).
   TokenEvent* add_event(const Sequence& s, const SampledRow& row, std::vector<TokenEvent>* events);
   // After on_token: a finished sample's output goes to done (ev gets the rest of its

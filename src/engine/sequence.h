@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/block_manager.h"
+#include "engine/ngram_index.h"
 #include "engine/sampling_params.h"
 
 namespace grpo {
@@ -55,10 +56,11 @@ struct Sequence {
   std::vector<uint8_t> model_mask;      // tandem decoding: per completion token, 1 = the trained model wrote it
   std::vector<float> logprobs_trained;  // tandem decoding: the trained model's logprob of each completion token
   // Speculative decoding (engine/speculative.h): n_spec trailing ids of `tokens` are
-  // drafts under verification this step (not committed); draft_lag = committed tokens
-  // whose K/V the draft model has not written yet (0 or 1).
+  // drafts under verification this step (not committed); the draft model's pool holds
+  // K/V of positions [0, draft_computed) (it catches up lazily when the sequence drafts).
   int n_spec = 0;
-  int draft_lag = 0;
+  int draft_computed = 0;
+  NgramIndex ngram;                     // prompt lookup over the committed tokens (method ngram)
   double spec_alpha = -1;               // adaptive k: EMA of this sample's per-position acceptance (< 0: none yet)
   std::vector<int> spec_q_rows;         // speculative sampling: the draft's q row of each draft position (SpecDraft::q)
   int64_t spec_proposed = 0, spec_accepted = 0, engine_steps = 0;

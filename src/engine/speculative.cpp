@@ -80,35 +80,55 @@ Status spec_check_draft(const ModelConfig& target, const ModelConfig& draft, int
   return ok_status();
 }
 
-// ---- cost model ----
+// ---- step times ----
 
 namespace {
-constexpr double kForget = 0.98;  // per observation: the fit follows drifting step times
+constexpr double kTimeDecay = 0.8;  // per sample of a bucket: step times drift (context grows)
 }
 
-void SpecCostFit::add(double x, double y) {
-  w_ = w_ * kForget + 1;
-  sx_ = sx_ * kForget + x;
-  sy_ = sy_ * kForget + y;
-  sxx_ = sxx_ * kForget + x * x;
-  sxy_ = sxy_ * kForget + x * y;
-  x_min_ = std::min(x_min_, x);
-  x_max_ = std::max(x_max_, x);
+int SpecStepTimes::bucket_of(double size) { return int(std::floor(4.0 * std::log2(std::max(size, 1.0)))); }
+
+void SpecStepTimes::add(double size, double seconds) {
+  const int i = bucket_of(size);
+  auto it = std::lower_bound(buckets_.begin(), buckets_.end(), i, [](const auto& e, int k) { return e.first < k; });
+  if (it == buckets_.end() || it->first != i) it = buckets_.insert(it, {i, Bucket{}});
+  Bucket& b = it->second;
+  // The first sample of a bucket is replaced by the second: first launches carry one-off
+  // costs (lazy kernel loading, workspace growth) that would otherwise bias a fresh bucket.
+  if (b.n <= 1) {
+    b.size = size;
+    b.seconds = seconds;
+  } else {
+    b.size = kTimeDecay * b.size + (1 - kTimeDecay) * size;
+    b.seconds = kTimeDecay * b.seconds + (1 - kTimeDecay) * seconds;
+  }
+  ++b.n;
 }
 
-bool SpecCostFit::ready() const { return w_ >= 3 && x_max_ > x_min_; }
+bool SpecStepTimes::measured(double size, int min_samples) const {
+  const int i = bucket_of(size);
+  for (const auto& [k, b] : buckets_)
+    if (k == i) return b.n >= min_samples;
+  return false;
+}
 
-double SpecCostFit::predict(double x) const {
-  if (w_ <= 0) return 0;
-  const double mx = sx_ / w_, my = sy_ / w_;
-  const double vxx = sxx_ / w_ - mx * mx;
-  // Slope clamped at 0: more tokens never make a forward cheaper.
-  const double b = vxx > 1e-12 ? std::max(0.0, (sxy_ / w_ - mx * my) / vxx) : 0.0;
-  return std::max(0.0, my + b * (x - mx));
+double SpecStepTimes::predict(double size) const {
+  if (buckets_.empty()) return 0;
+  // Piecewise linear through the buckets' (size, seconds) points, in bucket order.
+  const Bucket* lo = nullptr;
+  for (const auto& [k, b] : buckets_) {
+    if (b.size >= size) {
+      if (!lo) return b.seconds;
+      const double t = (size - lo->size) / std::max(b.size - lo->size, 1e-12);
+      return lo->seconds + std::clamp(t, 0.0, 1.0) * (b.seconds - lo->seconds);
+    }
+    lo = &b;
+  }
+  return lo->seconds * std::max(1.0, size / std::max(lo->size, 1e-12));
 }
 
 SpecAdaptive::SpecAdaptive(int k_max, int probe_every)
-    : k_max_(k_max), probe_every_(probe_every), alpha_(size_t(k_max) + 1, 0.8) {}
+    : k_max_(k_max), probe_every_(probe_every), probe_interval_(probe_every), alpha_(size_t(k_max) + 1, 0.8) {}
 
 void SpecAdaptive::observe(int k, int accepted) {
   constexpr double kDecay = 0.95;
@@ -128,37 +148,38 @@ double SpecAdaptive::observe_seq(double alpha, int k, int accepted) {
   return alpha;
 }
 
-int SpecAdaptive::choose(int n_decode, bool has_draft) {
-  const std::vector<int> k = plan(std::vector<double>(size_t(std::max(0, n_decode)), -1.0), has_draft);
-  return k.empty() ? 0 : *std::max_element(k.begin(), k.end());
-}
-
 // Plans considered: the m sequences of highest expected acceptance draft k tokens each, the
 // others none, for every k in [1, k_max] and m in [1, B]. With n = m · k drafts the step costs
-//   t_target(B + n)                       one verify forward over every scheduled token
-//   + t_draft(B) + (k − 1) · t_draft(m)   draft round 1 (every sequence: it keeps the draft's
-//                                         cache in step, so plain decoding pays it too) and
-//                                         k − 1 proposal rounds over the m drafting sequences
-// and emits Σ_s E_s(k_s) tokens. The plan with the most tokens per second wins if it beats
-// plain decoding (B tokens in t_target(B) [+ t_draft(B)]) by 2%, so noise in the fits does
-// not flip a step to a loss. Larger batches make the verify forward compute-bound (the fit's
-// slope b grows relative to its intercept a), which is how batch size lowers k.
-std::vector<int> SpecAdaptive::plan(const std::vector<double>& alpha, bool has_draft) {
-  ++steps_;
+//   verify(B + n)              one eager target forward over every scheduled token
+//   + draft(m) · k             draft round 1 (steady state: one catch-up token) and k − 1
+//                              proposal rounds over the m drafting sequences
+// and emits Σ_s E_s(k_s) tokens, against plain decoding's B tokens in plain(B): measured times
+// of the plain engine's step at this batch size (a CUDA-graph replay), which is what k = 0
+// runs. At large B decode is no longer weight-bandwidth-bound, verify(B + n) grows with n,
+// and the comparison turns drafting off there even at high acceptance. A plan must beat plain
+// decoding by 2%, so noise in the measurements does not flip a step to a loss.
+std::vector<int> SpecAdaptive::plan(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap) {
   ++since_spec_;
   const int B = int(alpha.size());
   std::vector<int> ks(size_t(B), 0);
   if (B == 0) return ks;
-  // Until both fits have seen two batch shapes, draft at full k (that also calibrates).
-  if (!target.ready() || (has_draft && !draft.ready())) {
+  auto cap = [&](size_t s) { return k_cap.empty() ? k_max_ : std::min(k_max_, k_cap[s]); };
+  auto probe = [&] {
     since_spec_ = 0;
-    std::fill(ks.begin(), ks.end(), k_max_);
+    for (size_t s = 0; s < ks.size(); ++s) ks[s] = cap(s);
     return ks;
+  };
+  // Warm-up: two samples of plain decoding at this batch size (a new size is measured by
+  // running plain), then two full drafting steps before the first decision.
+  if (!plain.measured(B, 2)) return ks;
+  if (warmup_probes_ > 0 || verify.empty() || (has_draft && draft.empty())) {
+    warmup_probes_ = std::max(0, warmup_probes_ - 1);
+    return probe();
   }
-  // gain[s][k-1]: expected extra tokens of sequence s from k drafts.
+  // gain: expected extra tokens of sequence s from k drafts.
   auto gain = [&](size_t s, int k) {
     double e = 0, run = 1;
-    for (int j = 1; j <= k; ++j) {
+    for (int j = 1; j <= std::min(k, cap(s)); ++j) {
       run *= alpha[s] >= 0 ? alpha[s] : alpha_[size_t(j)];
       e += run;
     }
@@ -167,18 +188,22 @@ std::vector<int> SpecAdaptive::plan(const std::vector<double>& alpha, bool has_d
   std::vector<size_t> order(static_cast<size_t>(B));
   for (size_t s = 0; s < order.size(); ++s) order[s] = s;
   std::vector<double> a1(static_cast<size_t>(B));
-  for (size_t s = 0; s < a1.size(); ++s) a1[s] = alpha[s] >= 0 ? alpha[s] : alpha_[1];
+  for (size_t s = 0; s < a1.size(); ++s) a1[s] = cap(s) <= 0 ? -1.0 : alpha[s] >= 0 ? alpha[s] : alpha_[1];
   std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return a1[x] > a1[y]; });
-  const double round1 = has_draft ? draft.predict(B) : 0.0;
-  const double plain_rate = double(B) / std::max(target.predict(B) + round1, 1e-12);
+  const double plain_t = std::max(plain.predict(B), 1e-12);
+  const double plain_rate = double(B) / plain_t;
   double best_rate = plain_rate * 1.02;
   int best_k = 0, best_m = 0;
   for (int k = 1; k <= k_max_; ++k) {
     double e = B;
     for (int m = 1; m <= B; ++m) {
+      if (a1[order[size_t(m - 1)]] <= 0) break;  // nothing (or nothing acceptable) to propose from here on
       e += gain(order[size_t(m - 1)], k);
-      double cost = target.predict(double(B + m * k)) + round1;
-      if (has_draft) cost += (k - 1) * draft.predict(m);
+      double cost = verify.predict(double(B + m * k));
+      if (has_draft) cost += k * draft.predict(m);
+      // A drafting step does a plain step's work and more: measurement noise must not make
+      // it look cheaper (it would then "win" with no accepted drafts at all).
+      cost = std::max(cost, plain_t);
       const double rate = e / std::max(cost, 1e-12);
       if (rate > best_rate) {
         best_rate = rate;
@@ -187,12 +212,18 @@ std::vector<int> SpecAdaptive::plan(const std::vector<double>& alpha, bool has_d
       }
     }
   }
-  if (best_k == 0 && since_spec_ >= probe_every_) {  // probe: keep the acceptance estimates alive
-    best_k = 1;
-    best_m = B;
+  if (best_k > 0) {
+    probe_interval_ = probe_every_;
+    since_spec_ = 0;
+    for (int m = 0; m < best_m; ++m) ks[order[size_t(m)]] = std::min(best_k, cap(order[size_t(m)]));
+    return ks;
   }
-  for (int m = 0; m < best_m; ++m) ks[order[size_t(m)]] = best_k;
-  if (best_k > 0) since_spec_ = 0;
+  if (since_spec_ >= probe_interval_) {
+    // Each probe that drafting does not follow doubles the wait for the next one: a lost
+    // probe costs a few plain steps, so their share of the run shrinks geometrically.
+    probe_interval_ = std::min(probe_interval_ * 2, probe_every_ * 64);
+    return probe();
+  }
   return ks;
 }
 
@@ -200,8 +231,10 @@ std::vector<int> SpecAdaptive::plan(const std::vector<double>& alpha, bool has_d
 
 SpecDraft::SpecDraft(Context& ctx, const ModelWeights& draft, EngineOptions eo, EngineGeometry geo) : ctx_(ctx) {
   if (geo.kv_dtype != DType::f8e4m3) geo.kv_dtype = draft.dtype;
-  // Round 1 carries the target's tokens minus its drafts plus at most one catch-up token per sequence.
+  // Round 1 carries catch-up tokens (bounded by the engine's planning to the target's step
+  // budget) plus one token per drafting sequence.
   eo.max_num_batched_tokens += eo.max_num_seqs;
+  max_round_tokens_ = eo.max_num_batched_tokens;
   geo.max_logit_rows = 0;
   max_seqs_ = eo.max_num_seqs;
   k_max_ = eo.speculative.num_speculative_tokens;
@@ -222,7 +255,7 @@ void SpecDraft::run_round(const SchedulerOutput& round, const std::vector<RowSam
   Tensor qj;
   if (keep_q_) qj = q_.slice0(int64_t(j) * max_seqs_, int64_t(j + 1) * max_seqs_);
   runner_->execute(round, rows, sampled_, keep_q_ ? &qj : nullptr);
-  if (fit) fit->add(double(round.n_tokens), now_seconds() - t0);
+  if (times) times->add(double(round.n_tokens), now_seconds() - t0);
 }
 
 }  // namespace grpo

@@ -5,10 +5,9 @@
 // Proposers:
 //   draft : a second model with the same vocabulary (any size / architecture), with its
 //           own paged KV pool indexed by the SAME block tables (the tandem layout,
-//           engine/tandem.h). Every token the target computes is also run through the
-//           draft (prefill, recompute after preemption, decode), so a prefix-cache hit
-//           is valid in both pools; then k − 1 more one-token draft steps propose
-//           d_1..d_k. The draft samples with the target's RNG key and counter for the
+//           engine/tandem.h). The draft runs only in steps where its sequence drafts:
+//           first the committed tokens it has not seen (lazy catch-up, see Rollback),
+//           then k − 1 more one-token draft steps propose d_1..d_k. The draft samples with the target's RNG key and counter for the
 //           same completion position, under the same sampling settings.
 //   ngram : prompt lookup: the longest n in [ngram_min, ngram_max] whose last-n-token
 //           suffix occurred earlier in the sequence (most recent occurrence) proposes the
@@ -29,19 +28,26 @@
 // logprobs (and top-n lists) of every emitted token are the target's at its position.
 //
 // Rollback: rejected positions are dropped from the sequence; n_computed moves back to
-// the committed tokens, blocks past the committed length are returned, and the draft
-// remembers the one committed token it has not computed (draft_lag). Speculative tokens
-// are never hashed into the prefix cache (BlockManager::append's n_register).
+// the committed tokens and blocks past the committed length are returned; the draft's
+// draft_computed moves back to its accepted positions. Speculative tokens are never hashed
+// into the prefix cache (BlockManager::append's n_register). The draft pool is not trusted
+// for prefix-cache hits (a block may have been filled while the draft lagged): a sequence
+// starts, and restarts after preemption, with draft_computed = 0.
 //
 // Adaptive k (SpecAdaptive::plan): per step the engine picks, for each decode-ready
 // sequence, k_s in [0, k_max] to maximise expected emitted tokens per second of the step.
 // A sequence's expected tokens are E_s(k) = 1 + Σ_{j≤k} α_s^j with α_s its own EMA of
 // per-position acceptance (until measured: 1 + Σ_{j≤k} Π_{i≤j} α_i, the engine-wide EMA
-// by draft position). The step's cost comes from models fitted at run time to measured
-// forward times (seconds ≈ a + b · tokens, least squares with forgetting; one fit for the
-// target's verify/decode forward, one for a draft round). k = 0 everywhere (plain
-// decoding) whenever no plan beats it by 2%; while off, a probe step every probe_every
-// steps keeps α measured.
+// by draft position). Step costs are measured wall times, not a model: an EMA per size
+// bucket of plain decode steps (by batch size; CUDA-graph replays), of verify forwards (by
+// tokens) and of draft rounds (by tokens). k = 0 everywhere whenever no plan beats plain
+// decoding by 2%; the engine then runs the step as the plain engine does (Engine::step_plain:
+// no verify pass, no draft forward). The draft model lags behind and catches up lazily:
+// Sequence::draft_computed counts the positions its pool holds, and the next drafting step
+// runs the missing tokens through the draft in one batched prefill (round 1). While off,
+// a probe step (k_max for every sequence) re-measures α and the verify cost; the probe
+// interval starts at probe_every and doubles after every probe that does not make
+// drafting win, so a workload where drafting loses converges to plain decoding's speed.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -75,37 +81,49 @@ Status spec_check_draft(const ModelConfig& target, const ModelConfig& draft, int
 Result<std::unique_ptr<ModelWeights>> spec_load_draft(const SpeculativeOptions& o, const ModelConfig& target,
                                                      int max_model_len, Context& ctx, DType dt);
 
-// Online linear cost model: seconds ≈ a + b · tokens (exponential forgetting).
-class SpecCostFit {
+// Measured wall time of one kind of step, by size (batch size or tokens): an EMA of size and
+// seconds per bucket of four per octave. predict() is piecewise linear through the buckets'
+// points; past the largest it scales that bucket's time by size (never cheaper per token),
+// below the smallest it keeps that bucket's time.
+class SpecStepTimes {
  public:
-  void add(double tokens, double seconds);
-  bool ready() const;
-  double predict(double tokens) const;
+  void add(double size, double seconds);
+  // Measured at least `min_samples` times in size's bucket.
+  bool measured(double size, int min_samples = 1) const;
+  bool empty() const { return buckets_.empty(); }
+  double predict(double size) const;
 
  private:
-  double w_ = 0, sx_ = 0, sy_ = 0, sxx_ = 0, sxy_ = 0;
-  double x_min_ = 1e300, x_max_ = -1e300;
+  struct Bucket {
+    int n = 0;
+    double size = 0, seconds = 0;  // EMAs
+  };
+  static int bucket_of(double size);
+  std::vector<std::pair<int, Bucket>> buckets_;  // sorted by bucket index
 };
 
 class SpecAdaptive {
  public:
   SpecAdaptive(int k_max, int probe_every);
-  // k for a step with n_decode decode-ready sequences of unmeasured acceptance (0 = plain decoding).
-  int choose(int n_decode, bool has_draft);
   // k per decode-ready sequence from its own acceptance EMA (alpha[s] < 0: not measured yet,
-  // the engine-wide per-position α is used). See plan() in speculative.cpp for the cost model.
-  std::vector<int> plan(const std::vector<double>& alpha, bool has_draft);
+  // the engine-wide per-position α is used); k_cap[s] (optional): drafts s can have at most
+  // (prompt lookup: its proposal's length). All zeros = run a plain step. See plan() in
+  // speculative.cpp for the rule.
+  std::vector<int> plan(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap = {});
   // Outcome of one verified sequence: it proposed k and the first `accepted` matched.
   void observe(int k, int accepted);
   // A sequence's own acceptance EMA (Sequence::spec_alpha; < 0 = none yet) after such an outcome.
   static double observe_seq(double alpha, int k, int accepted);
-  SpecCostFit target, draft;
+  SpecStepTimes plain;   // plain decode steps, by batch size
+  SpecStepTimes verify;  // target verify forwards (with sampling and the acceptance test), by tokens
+  SpecStepTimes draft;   // draft rounds, by tokens
   double alpha(int pos) const { return alpha_[size_t(pos)]; }
+  int probe_interval() const { return probe_interval_; }
 
  private:
-  int k_max_, probe_every_;
+  int k_max_, probe_every_, probe_interval_, warmup_probes_ = 2;
   std::vector<double> alpha_;
-  int64_t steps_ = 0, since_spec_ = 0;
+  int64_t since_spec_ = 0;
 };
 
 class Tokenizer;
@@ -117,12 +135,15 @@ class SpecDraft {
   // in its own KV dtype).
   SpecDraft(Context& ctx, const ModelWeights& draft, EngineOptions eo, EngineGeometry geo);
   ~SpecDraft();
-  // Round 1 over every scheduled sequence (catch-up and the target's ranges, so both pools
-  // hold the same tokens), then k − 1 one-token rounds; writes proposals into the
-  // placeholders of seqs with n_spec > 0. rows_of(seq, j): sampling settings of the
-  // sequence's committed completion index + j.
+  // Round 1 over the drafting sequences (n_spec > 0) of the step: each one's missing
+  // committed tokens (from Sequence::draft_computed, the lazy catch-up) up to its last
+  // committed token, whose logits propose d_1; then k − 1 one-token rounds. Writes the
+  // proposals into the placeholders and advances draft_computed past the committed tokens.
+  // rows_of(seq, j): sampling settings of the sequence's committed completion index + j.
   template <class RowsOf>
   void propose(const SchedulerOutput& step, RowsOf&& rows_of);
+  // Tokens round 1 may carry in all (catch-up included).
+  int max_round_tokens() const { return max_round_tokens_; }
   size_t kv_bytes_per_block() const { return runner_->kv_bytes_per_block(); }
   // Speculative sampling needs q: from now on every round keeps its rows' processed
   // distributions (draft position j of a sequence: row Sequence::spec_q_rows[j] of q()).
@@ -135,12 +156,12 @@ class SpecDraft {
   Context& ctx_;
   std::unique_ptr<ModelRunner> runner_;
   std::vector<SampledRow> sampled_;
-  int max_seqs_ = 0, k_max_ = 0;
+  int max_seqs_ = 0, k_max_ = 0, max_round_tokens_ = 0;
   bool keep_q_ = false;
   Tensor q_;  // (k_max · max_seqs, V) f32: round j's rows from row j · max_seqs (empty: not kept)
 
  public:
-  SpecCostFit* fit = nullptr;  // receives (tokens, seconds) of every draft round
+  SpecStepTimes* times = nullptr;  // receives (tokens, seconds) of every draft round
 };
 
 template <class RowsOf>
@@ -152,25 +173,23 @@ void SpecDraft::propose(const SchedulerOutput& step, RowsOf&& rows_of) {
   int k_max = 0;
   for (const ScheduledSeq& ss : step.seqs) {
     Sequence* s = ss.seq;
+    if (s->n_spec == 0) continue;
+    const int committed = s->n_total() - s->n_spec;
     ScheduledSeq d;
     d.seq = s;
-    d.pos0 = s->n_computed - s->draft_lag;
-    // Spec seqs stop at the last committed token (its logits propose d_1); the others
-    // follow the target's range so both pools hold K/V for the same tokens.
-    d.n_new = s->draft_lag + (s->n_spec > 0 ? 1 : ss.n_new);
-    d.sample = ss.sample;
-    if (d.sample) {
-      if (s->n_spec > 0) {
-        spec.push_back(s);
-        spec_row.push_back(rows.size());
-        k_max = std::max(k_max, s->n_spec);
-      }
-      rows.push_back(rows_of(*s, 0));
-    }
+    d.pos0 = s->draft_computed;
+    d.n_new = committed - s->draft_computed;
+    d.sample = true;
+    spec.push_back(s);
+    spec_row.push_back(rows.size());
+    k_max = std::max(k_max, s->n_spec);
+    rows.push_back(rows_of(*s, 0));
     round.seqs.push_back(d);
     round.n_tokens += d.n_new;
-    round.n_sampled += d.sample ? 1 : 0;
+    ++round.n_sampled;
+    s->draft_computed = committed;
   }
+  if (spec.empty()) return;
   run_round(round, rows, 0);
   for (size_t i = 0; i < spec.size(); ++i) {
     Sequence* s = spec[i];

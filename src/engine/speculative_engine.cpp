@@ -17,42 +17,54 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
   // 1. Plan: decode-ready running sequences get k draft slots (n-gram: the proposal
   // itself; draft model: placeholders filled after scheduling), within the step's token
   // budget and the blocks left after every running sequence's plain next token, so that
-  // drafting never preempts or chunks anything.
+  // drafting never preempts or chunks anything. A draft model's round 1 must also fit its
+  // sequences' catch-up tokens.
   int pending = 0, spare_blocks = blocks_->n_free();
-  std::vector<double> ready_alpha;  // per decode-ready sequence, in running order
-  for (const Sequence* s : scheduler_->running()) {
+  std::vector<Sequence*> ready;                 // decode-ready, in running order
+  std::vector<double> ready_alpha;
+  std::vector<int> ready_cap;                   // drafts each could have at most
+  std::vector<std::vector<int32_t>> ready_prop; // n-gram proposals
+  for (Sequence* s : scheduler_->running()) {
     pending += s->n_total() - s->n_computed;
-    if (s->n_computed == s->n_total() - 1) ready_alpha.push_back(s->spec_alpha);
     spare_blocks -= std::max(0, blocks_->blocks_for(s->n_total()) - int(s->table.blocks.size()));
+    if (s->n_computed != s->n_total() - 1) continue;
+    ready.push_back(s);
+    ready_alpha.push_back(s->spec_alpha);
+    // Drafts past the length limit could never be emitted.
+    int cap = std::min({so.num_speculative_tokens, s->params.max_tokens - s->n_completion() - 1,
+                        s->max_total - s->n_total() - 1});
+    if (so.method == SpecMethod::ngram) {
+      ready_prop.push_back(cap > 0 ? s->ngram.propose(s->tokens, so.ngram_min, so.ngram_max, cap)
+                                   : std::vector<int32_t>{});
+      cap = int(ready_prop.back().size());
+    }
+    if (draft_ && s->n_total() - s->draft_computed + cap > draft_->max_round_tokens()) cap = 0;
+    ready_cap.push_back(std::max(0, cap));
   }
   int spare_tokens = opt_.max_num_batched_tokens - pending;
-  const std::vector<int> k_plan = so.adaptive ? adapt_->plan(ready_alpha, draft_ != nullptr)
-                                              : std::vector<int>(ready_alpha.size(), so.num_speculative_tokens);
+  int draft_tokens = draft_ ? draft_->max_round_tokens() : 0;
+  std::vector<int> k_plan = so.adaptive ? adapt_->plan(ready_alpha, draft_ != nullptr, ready_cap) : ready_cap;
   std::vector<Sequence*> planned;
-  size_t ready_i = 0;
-  for (Sequence* s : scheduler_->running()) {
-    if (spare_tokens <= 0) break;
-    if (s->n_computed != s->n_total() - 1) continue;
-    const int k_seq = k_plan[ready_i++];
-    // Drafts past the length limit could never be emitted.
-    const int room = std::min(s->params.max_tokens - s->n_completion(), s->max_total - s->n_total()) - 1;
-    int k = std::min({k_seq, room, spare_tokens});
+  for (size_t i = 0; i < ready.size() && spare_tokens > 0; ++i) {
+    Sequence* s = ready[i];
+    int k = std::min({k_plan[i], ready_cap[i], spare_tokens});
     if (k <= 0) continue;
-    std::vector<int32_t> prop;
-    if (so.method == SpecMethod::ngram) {
-      prop = spec_ngram_propose(s->tokens, so.ngram_min, so.ngram_max, k);
-      k = int(prop.size());
-    }
+    const int catch_up = s->n_total() - s->draft_computed;
+    if (draft_ && catch_up + k > draft_tokens) continue;
     const int held = std::max(int(s->table.blocks.size()), blocks_->blocks_for(s->n_total()));
     while (k > 0 && blocks_->blocks_for(s->n_total() + k) - held > spare_blocks) --k;
     if (k <= 0) continue;
     spare_blocks -= blocks_->blocks_for(s->n_total() + k) - held;
     spare_tokens -= k;
-    if (prop.empty()) prop.assign(size_t(k), 0);
-    s->tokens.insert(s->tokens.end(), prop.begin(), prop.begin() + k);
+    if (draft_) draft_tokens -= catch_up + k;
+    if (so.method == SpecMethod::ngram) s->tokens.insert(s->tokens.end(), ready_prop[i].begin(), ready_prop[i].begin() + k);
+    else s->tokens.insert(s->tokens.end(), size_t(k), 0);
     s->n_spec = k;
     planned.push_back(s);
   }
+  // k = 0 everywhere: the plain engine's step (its CUDA graphs and sampler); a draft model
+  // lags and catches up the next time it drafts.
+  if (planned.empty()) return step_plain(events);
 
   auto strip = [](Sequence* s) {
     if (s->n_spec == 0) return;
@@ -65,7 +77,7 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
     for (const ScheduledSeq& ss : o.seqs) in_step.insert(ss.seq);
     for (Sequence* s : planned)
       if (!in_step.count(s)) strip(s);
-    for (Sequence* s : o.preempted) s->draft_lag = 0;  // its K/V is gone from both pools
+    for (Sequence* s : o.preempted) s->draft_computed = 0;  // its K/V is gone from both pools
   };
   after_schedule(out);
   if (out.empty() && !out.preempted.empty()) {
@@ -145,7 +157,7 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
   }
   std::vector<SpecVerifyResult> vres;
   if (!vrows.empty()) runner_->spec_verify_rows(spec_p_, draft_ ? draft_->q() : Tensor{}, vrows, vres);
-  adapt_->target.add(double(out.n_tokens), now_seconds() - t0);
+  adapt_->verify.add(double(out.n_tokens), now_seconds() - t0);
   scheduler_->on_step_done(out);
   ++stats_.steps;
   stats_.tokens_computed += out.n_tokens;
@@ -159,10 +171,7 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
   for (size_t i = 0; i < out.seqs.size(); ++i) {
     const ScheduledSeq& ss = out.seqs[i];
     Sequence& s = *ss.seq;
-    if (!ss.sample) {
-      s.draft_lag = 0;  // the draft computed the same chunk
-      continue;
-    }
+    if (!ss.sample) continue;
     const int k = s.n_spec;
     if (s.n_completion() - k == 0) stats_.prefix_hit_tokens += s.prefix_hit_tokens;
     ++s.engine_steps;
@@ -220,16 +229,13 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
       after_token(s, ev, now, done);  // s is gone from here
       continue;
     }
-    if (k == 0) {
-      s.draft_lag = 0;  // the draft computed the same range
-      continue;
-    }
+    if (k == 0) continue;
     // K/V is valid for the committed tokens before the last one (which the next step computes).
     s.n_computed = old_nc[i] + emitted;
     GRPO_CHECK(s.n_computed == s.n_total() - 1);
     // The draft wrote positions up to old_nc + k − 1 (round 1 up to the last committed
-    // token, then d_1..d_{k−1}); when all k drafts were accepted d_k still lacks its K/V.
-    s.draft_lag = draft_ ? std::max(0, s.n_computed - (old_nc[i] + k)) : 0;
+    // token, then d_1..d_{k−1}); its K/V is valid up to the last accepted one.
+    if (draft_) s.draft_computed = std::min(s.n_computed, old_nc[i] + k);
     blocks_->truncate(s.table, s.n_total());
   }
   GRPO_CHECK(r == sampled.size());

@@ -9,8 +9,10 @@
 
 #include <cmath>
 #include <map>
+#include <memory>
 
 #include "engine/engine.h"
+#include "engine/ngram_index.h"
 #include "engine/speculative.h"
 #include "engine_test_util.h"
 #include "model/presets.h"
@@ -122,6 +124,25 @@ TEST(Speculative, NgramProposesWhatFollowedTheMostRecentLongestMatch) {
   EXPECT_EQ(spec_ngram_propose({5, 6, 5}, 1, 2, 4), (std::vector<int32_t>{6, 5}));
   // ngram_min above every matching length: nothing.
   EXPECT_TRUE(spec_ngram_propose({5, 6, 5}, 2, 3, 4).empty());
+}
+
+// The incremental index against the scan (spec_ngram_propose, checked above): same proposal
+// after every appended token, over a small vocabulary so that matches of every length occur.
+TEST(Speculative, NgramIndexProposesWhatTheScanProposes) {
+  uint64_t x = 12345;
+  auto next = [&] {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    return int32_t((x >> 33) % 5);
+  };
+  for (int n_min : {1, 2}) {
+    NgramIndex idx;
+    std::vector<int32_t> t;
+    for (int i = 0; i < 400; ++i) {
+      t.push_back(next());
+      const int k = 1 + i % 4;
+      ASSERT_EQ(idx.propose(t, n_min, 4, k), spec_ngram_propose(t, n_min, 4, k)) << "n_min " << n_min << " length " << t.size();
+    }
+  }
 }
 
 TEST(Speculative, GreedyEqualsPlainForEveryProposer) {
@@ -238,47 +259,89 @@ TEST(Speculative, StopIdsInsideAnAcceptedRunEndTheSampleExactly) {
   }
 }
 
+// With a draft that never matches, adaptive k must fall back to the plain engine's step:
+// after the warm-up (two plain steps, two drafting steps) only probes draft, and each lost
+// probe doubles the wait for the next one.
 TEST(Speculative, AdaptiveKeepsOutputsAndTurnsOffForARandomDraft) {
-  const SamplingParams p = params(1.f, 64, 3);
+  // Greedy: the random draft's argmax never equals the target's on these prompts, so no plan
+  // can win whatever the measured times are (at T = 1 the match rule accepts some drafts and
+  // the outcome would depend on this machine's timings).
+  const SamplingParams p = params(0.f, 120, 3);
   const SpecRun plain = run(opts(), p);
-  const SpecRun r = run(spec(opts(), SpecMethod::draft, 4, /*adaptive=*/true), p, &random_draft());
+  EngineOptions eo = spec(opts(), SpecMethod::draft, 4, /*adaptive=*/true);
+  eo.speculative.probe_every = 8;
+  const SpecRun r = run(eo, p, &random_draft());
   expect_same(plain, r, "adaptive random draft");
+  ASSERT_EQ(r.stats.spec_accepted, 0) << "the premise: the random draft never matches the target";
+  ASSERT_GT(r.stats.spec_proposed, 0);
+  EXPECT_EQ(r.stats.spec_steps + r.stats.spec_plain_steps, r.stats.steps);
+  // ~120 decode steps: 2 warm-up drafting steps, probes after 8, 16, 32 and 64 plain steps.
+  EXPECT_LE(r.stats.spec_steps, 7) << "steps " << r.stats.steps;
+  EXPECT_GE(r.stats.spec_plain_steps, r.stats.steps - 7);
+  const SpecRun n = run(spec(opts(), SpecMethod::ngram, 4, /*adaptive=*/true), p);
+  expect_same(plain, n, "adaptive ngram");
+  EXPECT_EQ(n.stats.spec_steps + n.stats.spec_plain_steps, n.stats.steps);
+}
+
+// SpecAdaptive::plan from measured step times: never accepted drafts never win; always
+// accepted ones win when a verify forward costs what a plain step does.
+TEST(Speculative, AdaptivePlanFollowsMeasuredStepTimes) {
   SpecAdaptive a(4, 32);
-  for (int i = 0; i < 8; ++i) {  // a plain step costs 1 ms at any size; a draft step 0.5 ms
-    a.target.add(3 + i, 1e-3);
-    a.draft.add(3 + i, 0.5e-3);
+  for (int i = 0; i < 4; ++i) {  // every forward costs 1 ms at any size; a draft round 0.5 ms
+    a.plain.add(8, 1e-3);
+    a.verify.add(8 + 8 * 4, 1e-3);
+    a.verify.add(8, 1e-3);
+    a.draft.add(8, 0.5e-3);
   }
-  for (int i = 0; i < 200; ++i) a.observe(4, 0);  // never accepted
-  EXPECT_EQ(a.choose(8, true), 0);
-  for (int i = 0; i < 400; ++i) a.observe(4, 4);  // always accepted: forwards cost the same, so draft
-  EXPECT_EQ(a.choose(8, false), 4);
+  for (int i = 0; i < 3; ++i) a.plan(std::vector<double>(8, -1.0), true);  // warm-up probes
+  for (int i = 0; i < 200; ++i) a.observe(4, 0);                          // never accepted
+  for (int v : a.plan(std::vector<double>(8, -1.0), true)) EXPECT_EQ(v, 0);
+  for (int i = 0; i < 400; ++i) a.observe(4, 4);  // always accepted: 5 tokens per 1 ms forward
+  for (int v : a.plan(std::vector<double>(8, -1.0), false)) EXPECT_EQ(v, 4);
 }
 
 // Per-request k (SpecAdaptive::plan), no model: with a per-token verify cost, sequences that
-// keep accepting draft and those that never do not; when forwards get expensive per token
-// (a large, compute-bound batch), nobody drafts.
+// keep accepting draft and those that never do not; when verify forwards cost per token what
+// plain steps do (a large, compute-bound batch), nobody drafts, even at high acceptance.
 TEST(Speculative, AdaptivePlansKPerRequestFromItsAcceptance) {
-  SpecAdaptive a(4, 1000);
-  for (int i = 0; i < 8; ++i) {  // 1 ms + 10 µs per token; a draft round 0.1 ms + 1 µs per sequence
-    a.target.add(8 + 16 * i, 1e-3 + 1e-5 * (8 + 16 * i));
-    a.draft.add(8 + 16 * i, 1e-4 + 1e-6 * (8 + 16 * i));
-  }
+  auto measured = [](double plain16, double verify_a, double verify_b, double draft_a, double draft_b) {
+    auto a = std::make_unique<SpecAdaptive>(4, 1000);
+    for (int r = 0; r < 3; ++r) {
+      a->plain.add(16, plain16);
+      for (int t = 16; t <= 96; t += 4) a->verify.add(t, verify_a + verify_b * t);
+      for (int t = 1; t <= 16; ++t) a->draft.add(t, draft_a + draft_b * t);
+    }
+    for (int i = 0; i < 2; ++i) a->plan(std::vector<double>(16, -1.0), true);  // warm-up probes
+    return a;
+  };
+  // Plain: 1.16 ms (1 ms + 10 µs per token, as verify); a draft round 0.1 ms + 1 µs per sequence.
+  auto a = measured(1.16e-3, 1e-3, 1e-5, 1e-4, 1e-6);
   std::vector<double> alpha(16, 0.05);
   for (size_t s = 0; s < 8; ++s) alpha[s] = 0.95;
-  const std::vector<int> k = a.plan(alpha, true);
+  const std::vector<int> k = a->plan(alpha, true);
   for (size_t s = 0; s < 8; ++s) EXPECT_EQ(k[s], 4) << "high-acceptance sequence " << s;
   for (size_t s = 8; s < 16; ++s) EXPECT_EQ(k[s], 0) << "low-acceptance sequence " << s;
   // Reference for the choice above: 8 sequences at α = 0.95 and k = 4 emit 8 · (0.95 + ... +
-  // 0.95^4) = 28.9 extra tokens for 32 extra verify tokens (0.32 ms) and 3 draft rounds
-  // (0.32 ms) on a 1.34 ms plain step: 44.9 / 1.98 ms beats 16 / 1.34 ms.
-  SpecAdaptive b(4, 1000);
-  for (int i = 0; i < 8; ++i) {  // compute-bound: 1 ms per token
-    b.target.add(8 + 16 * i, 1e-3 * (8 + 16 * i));
-    b.draft.add(8 + 16 * i, 1e-6);
-  }
-  for (int v : b.plan(std::vector<double>(64, 0.7), true)) EXPECT_EQ(v, 0);
+  // 0.95^4) = 28.9 extra tokens for a 48-token verify (1.48 ms) and 4 draft rounds of 8
+  // (0.43 ms): 44.9 / 1.91 ms beats 16 / 1.16 ms.
+  auto b = measured(16e-3, 0, 1e-3, 1e-6, 0);  // compute-bound: 1 ms per token
+  for (int v : b->plan(std::vector<double>(16, 0.9), true)) EXPECT_EQ(v, 0);
   EXPECT_DOUBLE_EQ(SpecAdaptive::observe_seq(-1, 3, 3), 1.0);
   EXPECT_NEAR(SpecAdaptive::observe_seq(1.0, 3, 0), 0.8, 1e-12);  // a miss at position 1 only
+}
+
+TEST(SpecStepTimes, InterpolatesBetweenMeasuredSizes) {
+  SpecStepTimes t;
+  for (int i = 0; i < 2; ++i) {
+    t.add(8, 1.0);
+    t.add(64, 3.0);
+  }
+  EXPECT_TRUE(t.measured(8, 2));
+  EXPECT_FALSE(t.measured(20));
+  EXPECT_DOUBLE_EQ(t.predict(8), 1.0);
+  EXPECT_NEAR(t.predict(36), 2.0, 1e-12);    // halfway between 8 and 64
+  EXPECT_NEAR(t.predict(128), 6.0, 1e-12);   // past the largest: proportional to size
+  EXPECT_DOUBLE_EQ(t.predict(2), 1.0);       // below the smallest: that bucket's time
 }
 
 TEST(Speculative, ConfigErrorsNameTheKey) {

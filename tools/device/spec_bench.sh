@@ -8,7 +8,7 @@
 #      greedy makes the bounds meaningful (at T = 1 a random model's near-uniform p and q
 #      overlap almost fully, so any draft is "accepted");
 #   2. the GRPO shape at T = 1: 64 prompts x G = 8 (512 sequences), 128 new tokens.
-# Each line: plain tok/s, speculative tok/s, ratio, acceptance. Runtime about 2-4 minutes.
+# Each line: plain tok/s, speculative tok/s, ratio, acceptance, drafting steps / steps of the speculative run. Runtime about 2-4 minutes.
 # Binaries from build-static (tools/device/pack.sh grpo bench_spec grpo_tests_kernels; carry [".carry"]);
 # the CUDA parity tests of spec_verify and the sampler run first when grpo_tests_kernels is there.
 # Results: bench/results/spec-*.json, logs under $OUT.
