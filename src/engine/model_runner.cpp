@@ -242,12 +242,27 @@ ModelRunner::ModelRunner(Context& ctx, const ModelWeights& w, const EngineOption
     lora_r = std::max(lora_r, a->cfg.r);
   }
   scratch_ = forward_scratch_allocate(cfg, dev, w.dtype, max_T_, max_R_, lora_r);
-  d_tokens_ = tensor_zeros(dev, DType::i32, {max_T_});
-  d_positions_ = tensor_zeros(dev, DType::i32, {max_T_});
-  d_token_seq_ = tensor_zeros(dev, DType::i32, {max_T_});
-  d_slots_ = tensor_zeros(dev, DType::i32, {max_T_});
+  // The per-token inputs are rows of one (5, max_T) buffer so that one 2D copy uploads them
+  // (logit rows are token rows of the step, so at most max_T of them).
+  d_step_ = tensor_zeros(dev, DType::i32, {kStepRows, max_T_});
+  d_tokens_ = d_step_.index0(0);
+  d_positions_ = d_step_.index0(1);
+  d_token_seq_ = d_step_.index0(2);
+  d_slots_ = d_step_.index0(3);
+  d_logit_rows_ = d_step_.index0(4);
   d_block_table_ = tensor_zeros(dev, DType::i32, {opt.max_num_seqs, max_blocks_per_seq_});
-  d_logit_rows_ = tensor_zeros(dev, DType::i32, {max_R_});
+#ifdef GRPO_HAVE_CUDA
+  if (dev == Device::cuda) {
+    const size_t n = size_t(kStepRows) * size_t(max_T_) + size_t(opt.max_num_seqs) * size_t(max_blocks_per_seq_);
+    void* p = nullptr;
+    GRPO_CHECK_MSG(cudaMallocHost(&p, n * sizeof(int32_t)) == cudaSuccess,
+                   "engine: cudaMallocHost failed for the step inputs' pinned staging buffer");
+    h_pinned_ = static_cast<int32_t*>(p);
+    cudaEvent_t e = nullptr;
+    GRPO_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess);
+    inputs_sent_ = e;
+  }
+#endif
   d_prefill_tiles_ = tensor_zeros(dev, DType::i32, {max_T_, 4});
   d_logits_ = tensor_zeros(dev, DType::f32, {max_R_, cfg.vocab_size});
   const int64_t N = max_R_;
@@ -275,7 +290,51 @@ ModelRunner::ModelRunner(Context& ctx, const ModelWeights& w, const EngineOption
   }
 }
 
-ModelRunner::~ModelRunner() = default;
+ModelRunner::~ModelRunner() {
+#ifdef GRPO_HAVE_CUDA
+  if (h_pinned_) {
+    ctx_.synchronize();
+    cudaFreeHost(h_pinned_);
+  }
+  if (inputs_sent_) cudaEventDestroy(static_cast<cudaEvent_t>(inputs_sent_));
+#endif
+}
+
+// The step's inputs: the first n entries of the per-token rows (n >= the logit rows) and
+// table_n entries of the block table. On CUDA through pinned memory in two copies (a pageable
+// copy each is staged by the driver, and the trained model's uploads delay its forward).
+void ModelRunner::upload_inputs(int n, int64_t table_n) {
+  const int64_t R = int64_t(h_logit_rows_.size());
+  GRPO_CHECK(R <= n && n <= max_T_ && table_n <= d_block_table_.numel());
+#ifdef GRPO_HAVE_CUDA
+  if (h_pinned_) {
+    auto st = static_cast<cudaStream_t>(ctx_.stream());
+    // The pinned buffer is rewritten below: the previous step's copies must have left it.
+    GRPO_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(inputs_sent_)) == cudaSuccess);
+    const size_t T = size_t(max_T_);
+    std::copy_n(h_tokens_.begin(), n, h_pinned_);
+    std::copy_n(h_positions_.begin(), n, h_pinned_ + T);
+    std::copy_n(h_token_seq_.begin(), n, h_pinned_ + 2 * T);
+    std::copy_n(h_slots_.begin(), n, h_pinned_ + 3 * T);
+    std::copy_n(h_logit_rows_.begin(), R, h_pinned_ + 4 * T);
+    std::copy_n(h_block_table_.begin(), table_n, h_pinned_ + kStepRows * T);
+    if (n > 0)
+      GRPO_CHECK(cudaMemcpy2DAsync(d_step_.data, T * sizeof(int32_t), h_pinned_, T * sizeof(int32_t),
+                                   size_t(n) * sizeof(int32_t), kStepRows, cudaMemcpyHostToDevice, st) == cudaSuccess);
+    if (table_n > 0)
+      GRPO_CHECK(cudaMemcpyAsync(d_block_table_.data, h_pinned_ + kStepRows * T, size_t(table_n) * sizeof(int32_t),
+                                 cudaMemcpyHostToDevice, st) == cudaSuccess);
+    GRPO_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(inputs_sent_), st) == cudaSuccess);
+    return;
+  }
+#endif
+  upload(ctx_, d_tokens_, h_tokens_, n);
+  upload(ctx_, d_positions_, h_positions_, n);
+  upload(ctx_, d_token_seq_, h_token_seq_, n);
+  upload(ctx_, d_slots_, h_slots_, n);
+  upload(ctx_, d_block_table_, h_block_table_, table_n);
+  upload(ctx_, d_logit_rows_, h_logit_rows_, R);
+}
 
 ForwardBatch ModelRunner::batch_view(int T, int S, int R, int max_context) {
   ForwardBatch b;
@@ -334,12 +393,7 @@ void ModelRunner::fill_inputs(const SchedulerOutput& step, int padded_T, bool al
     std::fill(h_block_table_.begin() + int64_t(t) * MB, h_block_table_.begin() + int64_t(t + 1) * MB, 0);
   }
   const int S_pad = std::max(S, padded_T > T ? padded_T : S);
-  upload(ctx_, d_tokens_, h_tokens_, padded_T);
-  upload(ctx_, d_positions_, h_positions_, padded_T);
-  upload(ctx_, d_token_seq_, h_token_seq_, padded_T);
-  upload(ctx_, d_slots_, h_slots_, padded_T);
-  upload(ctx_, d_block_table_, h_block_table_, int64_t(S_pad) * MB);
-  upload(ctx_, d_logit_rows_, h_logit_rows_, int64_t(h_logit_rows_.size()));
+  upload_inputs(padded_T, int64_t(S_pad) * MB);
 
   // Prefill tiles (PagedAttnMeta::prefill_tiles, read by the CUDA kernels only) when at
   // least half of the real tokens belong to sequences with n_new > 1: each sequence's rows

@@ -117,6 +117,7 @@ class ModelRunner {
 
  private:
   void fill_inputs(const SchedulerOutput& step, int padded_T, bool allow_prefill_tiles);
+  void upload_inputs(int n, int64_t table_n);
   ForwardBatch batch_view(int T, int S, int R, int max_context);
   void run_forward(const SchedulerOutput& step);
   void sample(const std::vector<RowSampling>& rows, std::vector<SampledRow>& out, const Tensor* probs = nullptr);
@@ -140,8 +141,13 @@ class ModelRunner {
   KVCache cache_;
   RopeTable rope_;
   ForwardScratch scratch_;
-  // Persistent step inputs on the device: (max_T) i32 each, block table (max_seqs, max_blocks_per_seq).
+  // Persistent step inputs on the device: (max_T) i32 each, rows of d_step_ (tokens, positions,
+  // token_seq, slots, logit rows), and the block table (max_seqs, max_blocks_per_seq).
+  static constexpr int kStepRows = 5;
+  Tensor d_step_;
   Tensor d_tokens_, d_positions_, d_token_seq_, d_slots_, d_block_table_, d_logit_rows_;
+  int32_t* h_pinned_ = nullptr;   // CUDA: pinned staging of d_step_'s rows, then the block table
+  void* inputs_sent_ = nullptr;   // cudaEvent_t recorded after the last upload from h_pinned_
   Tensor d_prefill_tiles_;   // (max_T, 4) i32: the step's prefill tiles (each has >= 1 row, so <= max_T)
   int n_prefill_tiles_ = 0;  // tiles of the step last filled (0: none)
   Tensor d_logits_;  // (max_seqs, V) f32
