@@ -130,7 +130,6 @@ int main(int argc, char** argv) {
               out_dir = "bench/results";
   int partner_layers = 0, partner_hidden = 0, partner_heads = 0, partner_kv_heads = 0, partner_ffn = 0;
   double p_trained = 0.5;
-  bool two_pass = false;
   Shape sh;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -152,13 +151,12 @@ int main(int argc, char** argv) {
     else if (a == "--steps") sh.steps = std::stoi(next());
     else if (a == "--kv-gb") sh.kv_gb = std::stod(next());
     else if (a == "--no-graphs") sh.graphs = false;
-    else if (a == "--two-pass") two_pass = true;
     else if (a == "--out-dir") out_dir = next();
     else {
       std::fprintf(stderr, "usage: bench_tandem [--preset P] [--partner same|PRESET] [--partner-layers L] "
                            "[--partner-hidden H] [--partner-heads N] [--partner-kv-heads N] [--partner-ffn F] [--strategy token|chunk] [--p-trained p] [--device cuda|cpu] "
                            "[--prompts B] [--group G] [--prompt-len P] [--new N] [--steps S] [--kv-gb G] "
-                           "[--no-graphs] [--two-pass] [--out-dir D]\n");
+                           "[--no-graphs] [--out-dir D]\n");
       return 2;
     }
   }
@@ -189,7 +187,6 @@ int main(int argc, char** argv) {
   topt.p_trained = p_trained;
   topt.chunk_size = 16;
   topt.seed = 1;
-  topt.two_pass = two_pass;
   if (!topt.validate(cfg->vocab_size).ok()) {
     std::fprintf(stderr, "bench_tandem: %s\n", topt.validate(cfg->vocab_size).message().c_str());
     return 2;

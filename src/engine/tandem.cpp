@@ -131,6 +131,10 @@ Status tandem_check_partner(const ModelConfig& trained, const ModelConfig& partn
 TandemDecoder::TandemDecoder(Context& ctx, const ModelWeights& partner, const EngineOptions& eo, EngineGeometry geo,
                              TandemOptions opt)
     : w_(partner), trained_ctx_(ctx), opt_(std::move(opt)) {
+  // GRPO_TANDEM_TWO_PASS=1: every strategy takes the word strategy's path (both models sample
+  // every row); the A/B of the one-pass path, which must give the same results bit for bit.
+  const char* two = std::getenv("GRPO_TANDEM_TWO_PASS");
+  two_pass_ = two && two[0] == '1';
   GRPO_CHECK_MSG(opt_.validate(partner.config.vocab_size).ok(), "TandemDecoder: invalid options (validate first)");
   if (geo.kv_dtype != DType::f8e4m3) geo.kv_dtype = partner.dtype;
   Context* pctx = &ctx;
@@ -167,7 +171,7 @@ void TandemDecoder::execute(ModelRunner& trained, const SchedulerOutput& step, c
   // overlapping).
   trained.forward(step);
   partner_->forward(step);
-  if (opt_.strategy != TandemStrategy::word && !opt_.two_pass) {
+  if (opt_.strategy != TandemStrategy::word && !two_pass_) {
     // Token and chunk owners do not depend on the sampled tokens: one sampler pass on the
     // trained stream reads each row from its owner's logits, once the partner's are written.
     own_.clear();

@@ -66,10 +66,6 @@ struct TandemOptions {
   int chunk_size = 16;      // k of the chunk strategy
   uint64_t seed = 0;        // mixed with each sequence's RNG key
   std::vector<uint8_t> token_flags;  // (V) from tandem_word_flags; required by the word strategy
-  // Token and chunk sample each row once, from its owner's logits. true: both models sample
-  // every row and the owner is picked afterwards (the word strategy's path); same results
-  // bit for bit, kept as the reference the one-pass path is tested against.
-  bool two_pass = false;
   // Errors name the [tandem] key.
   Status validate(int vocab_size) const;
 };
@@ -118,6 +114,7 @@ class TandemDecoder {
   const ModelWeights& w_;
   Context& trained_ctx_;
   TandemOptions opt_;
+  bool two_pass_ = false;           // GRPO_TANDEM_TWO_PASS=1 (see the constructor)
   void* partner_done_ = nullptr;    // cudaEvent_t: the partner's forward of the step, on its stream
   std::vector<uint8_t> own_;        // per sampled row: the trained model writes it
   std::unique_ptr<Context> own_ctx_;  // CUDA: the partner's stream; null on the CPU (shares the caller's)

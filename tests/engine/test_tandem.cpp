@@ -242,7 +242,7 @@ TEST(Tandem, MixedSequencesKeepBothCachesInSyncWithPreemptionAndPrefixHits) {
 
 // Token and chunk owners are decided before sampling and one sampler pass reads each row
 // from its owner's logits (gathered, rows permuted); the reference is both models sampling
-// every row and picking afterwards (TandemOptions::two_pass, the word strategy's path). With
+// every row and picking afterwards (GRPO_TANDEM_TWO_PASS=1, the word strategy's path). With
 // filters, banned EOS (min_tokens) and top-n lists under both distributions.
 TEST(Tandem, OnePassEqualsBothModelsSamplingEveryRow) {
   REQUIRE_TOKENIZER();
@@ -261,9 +261,9 @@ TEST(Tandem, OnePassEqualsBothModelsSamplingEveryRow) {
       EngineTandem t{&partner(), topts(s, 0.5)};
       Context c1(deterministic()), c2(deterministic()), cr(deterministic());
       const auto one = run(c1, stories().w, small_opts(), &t, p);
-      EngineTandem t2 = t;
-      t2.opt.two_pass = true;
-      const auto two = run(c2, stories().w, small_opts(), &t2, p);
+      ASSERT_EQ(setenv("GRPO_TANDEM_TWO_PASS", "1", 1), 0);
+      const auto two = run(c2, stories().w, small_opts(), &t, p);
+      unsetenv("GRPO_TANDEM_TWO_PASS");
       ASSERT_EQ(one.size(), two.size());
       int trained = 0, partner_tokens = 0;
       for (size_t i = 0; i < one.size(); ++i) {
