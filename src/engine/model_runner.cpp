@@ -2,9 +2,7 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
-#include <functional>
 
 #ifdef GRPO_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -12,7 +10,6 @@
 
 #include "core/log.h"
 #include "engine/cuda_graph.h"
-#include "kernels/gather.h"
 #include "kernels/logprob.h"
 #include "kernels/row_logprob.h"
 
@@ -52,155 +49,6 @@ void download(Context& ctx, std::vector<T>& h, const Tensor& src, int64_t n) {
 }
 
 }  // namespace
-
-// One call's small host <-> device transfers through pinned host memory: uploads are packed
-// into one host buffer and sent with one copy (the device views point into one device buffer);
-// downloads are queued on the stream and waited for once. Pageable copies would each be staged
-// by the driver, and each download would be a host sync of its own. On the CPU the device
-// buffer is host memory and copies are plain memcpy.
-class TransferStage {
- public:
-  explicit TransferStage(Context& ctx) : ctx_(ctx), cuda_(ctx.device() == Device::cuda) {}
-  ~TransferStage() {
-    if (cuda_) ctx_.synchronize();
-    host_free(up_host_);
-    host_free(down_host_);
-#ifdef GRPO_HAVE_CUDA
-    if (sent_) cudaEventDestroy(static_cast<cudaEvent_t>(sent_));
-#endif
-  }
-  TransferStage(const TransferStage&) = delete;
-  TransferStage& operator=(const TransferStage&) = delete;
-
-  // Opens a batch of uploads of at most `bytes` in all, counting 16 bytes of padding per put.
-  void begin_upload(size_t bytes) {
-    // The host buffer is rewritten below: the previous batch's copy must have left it.
-#ifdef GRPO_HAVE_CUDA
-    if (sent_) GRPO_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(sent_)) == cudaSuccess);
-#endif
-    if (bytes > up_cap_) {
-      ctx_.synchronize();  // queued kernels may still read the old device views
-      const size_t cap = round16(std::max({bytes, 2 * up_cap_, size_t(4096)}));
-      host_free(up_host_);
-      up_host_ = static_cast<char*>(host_alloc(cap));
-      up_dev_ = tensor_empty(ctx_.device(), DType::i32, {int64_t(cap / 4)});
-      up_cap_ = cap;
-    }
-    up_used_ = 0;
-  }
-  // Appends n values; the returned device view holds them once send() has been queued.
-  template <class T>
-  Tensor put(const T* h, int64_t n, DType dt, const std::vector<int64_t>& shape) {
-    GRPO_CHECK(dtype_size(dt) == sizeof(T) && n >= 0);
-    const size_t off = up_used_, bytes = size_t(n) * sizeof(T);
-    GRPO_CHECK_MSG(off + bytes <= up_cap_, "TransferStage: upload batch larger than begin_upload reserved");
-    if (bytes > 0) std::memcpy(up_host_ + off, h, bytes);
-    up_used_ = round16(off + bytes);
-    return tensor_borrow(static_cast<char*>(up_dev_.data) + off, dt, ctx_.device(), shape);
-  }
-  void send() {
-    if (up_used_ == 0) return;
-#ifdef GRPO_HAVE_CUDA
-    if (cuda_) {
-      auto st = static_cast<cudaStream_t>(ctx_.stream());
-      GRPO_CHECK(cudaMemcpyAsync(up_dev_.data, up_host_, up_used_, cudaMemcpyHostToDevice, st) == cudaSuccess);
-      if (!sent_) {
-        cudaEvent_t e = nullptr;
-        GRPO_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess);
-        sent_ = e;
-      }
-      GRPO_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(sent_), st) == cudaSuccess);
-      return;
-    }
-#endif
-    std::memcpy(up_dev_.data, up_host_, up_used_);
-  }
-
-  // Opens a batch of downloads of at most `bytes` in all (16 bytes of padding per fetch).
-  void begin_download(size_t bytes) {
-    GRPO_CHECK_MSG(pending_.empty(), "TransferStage: wait() for the previous downloads first");
-    if (bytes > down_cap_) {
-      const size_t cap = round16(std::max({bytes, 2 * down_cap_, size_t(4096)}));
-      host_free(down_host_);
-      down_host_ = static_cast<char*>(host_alloc(cap));
-      down_cap_ = cap;
-    }
-    down_used_ = 0;
-  }
-  // Queues a copy of src's first `bytes` bytes into dst, which must stay valid until wait().
-  void fetch(void* dst, const Tensor& src, size_t bytes) {
-    if (bytes == 0) return;
-    GRPO_CHECK(src.numel() * int64_t(dtype_size(src.dtype)) >= int64_t(bytes));
-#ifdef GRPO_HAVE_CUDA
-    if (cuda_) {
-      const size_t off = down_used_;
-      GRPO_CHECK_MSG(off + bytes <= down_cap_, "TransferStage: download batch larger than begin_download reserved");
-      GRPO_CHECK(cudaMemcpyAsync(down_host_ + off, src.data, bytes, cudaMemcpyDeviceToHost,
-                                 static_cast<cudaStream_t>(ctx_.stream())) == cudaSuccess);
-      pending_.push_back({dst, off, bytes});
-      down_used_ = round16(off + bytes);
-      return;
-    }
-#endif
-    std::memcpy(dst, src.data, bytes);
-  }
-  void wait() {
-    if (pending_.empty()) return;
-    ctx_.synchronize();
-    for (const Pending& p : pending_) std::memcpy(p.dst, down_host_ + p.off, p.bytes);
-    pending_.clear();
-  }
-
- private:
-  static size_t round16(size_t n) { return (n + 15) & ~size_t(15); }
-  void* host_alloc(size_t n) {
-#ifdef GRPO_HAVE_CUDA
-    if (cuda_) {
-      void* p = nullptr;
-      GRPO_CHECK_MSG(cudaMallocHost(&p, n) == cudaSuccess,
-                     "engine: cudaMallocHost failed for the sampler's pinned staging buffer");
-      return p;
-    }
-#endif
-    void* p = std::malloc(n);  // 16-byte aligned: enough for every staged dtype
-    GRPO_CHECK_MSG(p, "engine: out of host memory for the sampler's staging buffer");
-    return p;
-  }
-  void host_free(void* p) {
-    if (!p) return;
-#ifdef GRPO_HAVE_CUDA
-    if (cuda_) {
-      cudaFreeHost(p);
-      return;
-    }
-#endif
-    std::free(p);
-  }
-
-  struct Pending {
-    void* dst;
-    size_t off, bytes;
-  };
-  Context& ctx_;
-  bool cuda_;
-  char* up_host_ = nullptr;
-  size_t up_cap_ = 0, up_used_ = 0;
-  Tensor up_dev_;
-  char* down_host_ = nullptr;
-  size_t down_cap_ = 0, down_used_ = 0;
-  std::vector<Pending> pending_;
-  void* sent_ = nullptr;  // cudaEvent_t recorded after the last upload copy
-};
-
-// Caller additions to one sample_on call.
-struct SampleHooks {
-  size_t upload_bytes = 0;                      // what stage() puts, padding included
-  std::function<void(TransferStage&)> stage;    // puts its inputs into the sampler's upload batch
-  std::function<void()> before;                 // queued after the upload, before the sampler
-  // Queued after the sampler (d_tok_out_ holds the tokens; temps: the rows' temperatures on
-  // the device); returns (R) f32 on the device, downloaded into out[j].logprob_trained.
-  std::function<Tensor(const Tensor& temps)> after;
-};
 
 size_t kv_block_bytes(const ModelConfig& cfg, DType kv_dtype, int block_size) {
   return size_t(2) * size_t(cfg.n_layers) * size_t(block_size) * size_t(cfg.n_kv_heads) * size_t(cfg.head_dim) *
@@ -242,35 +90,25 @@ ModelRunner::ModelRunner(Context& ctx, const ModelWeights& w, const EngineOption
     lora_r = std::max(lora_r, a->cfg.r);
   }
   scratch_ = forward_scratch_allocate(cfg, dev, w.dtype, max_T_, max_R_, lora_r);
-  // The per-token inputs are rows of one (5, max_T) buffer so that one 2D copy uploads them
-  // (logit rows are token rows of the step, so at most max_T of them).
-  d_step_ = tensor_zeros(dev, DType::i32, {kStepRows, max_T_});
-  d_tokens_ = d_step_.index0(0);
-  d_positions_ = d_step_.index0(1);
-  d_token_seq_ = d_step_.index0(2);
-  d_slots_ = d_step_.index0(3);
-  d_logit_rows_ = d_step_.index0(4);
+  d_tokens_ = tensor_zeros(dev, DType::i32, {max_T_});
+  d_positions_ = tensor_zeros(dev, DType::i32, {max_T_});
+  d_token_seq_ = tensor_zeros(dev, DType::i32, {max_T_});
+  d_slots_ = tensor_zeros(dev, DType::i32, {max_T_});
   d_block_table_ = tensor_zeros(dev, DType::i32, {opt.max_num_seqs, max_blocks_per_seq_});
-#ifdef GRPO_HAVE_CUDA
-  if (dev == Device::cuda) {
-    const size_t n = size_t(kStepRows) * size_t(max_T_) + size_t(opt.max_num_seqs) * size_t(max_blocks_per_seq_);
-    void* p = nullptr;
-    GRPO_CHECK_MSG(cudaMallocHost(&p, n * sizeof(int32_t)) == cudaSuccess,
-                   "engine: cudaMallocHost failed for the step inputs' pinned staging buffer");
-    h_pinned_ = static_cast<int32_t*>(p);
-    cudaEvent_t e = nullptr;
-    GRPO_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess);
-    inputs_sent_ = e;
-  }
-#endif
+  d_logit_rows_ = tensor_zeros(dev, DType::i32, {max_R_});
   d_prefill_tiles_ = tensor_zeros(dev, DType::i32, {max_T_, 4});
   d_logits_ = tensor_zeros(dev, DType::f32, {max_R_, cfg.vocab_size});
   const int64_t N = max_R_;
+  d_rows_.temperature = tensor_zeros(dev, DType::f32, {N});
+  d_rows_.top_p = tensor_zeros(dev, DType::f32, {N});
+  d_rows_.top_k = tensor_zeros(dev, DType::i32, {N});
+  d_rows_.min_p = tensor_zeros(dev, DType::f32, {N});
+  d_rows_.rng_key = tensor_zeros(dev, DType::i64, {N});
+  d_rows_.rng_pos = tensor_zeros(dev, DType::i64, {N});
   d_tok_out_ = tensor_zeros(dev, DType::i32, {N});
   d_lp_raw_ = tensor_zeros(dev, DType::f32, {N});
   d_lp_proc_ = tensor_zeros(dev, DType::f32, {N});
   h_block_table_.assign(size_t(N) * size_t(max_blocks_per_seq_), 0);
-  stage_ = std::make_unique<TransferStage>(ctx_);
   if (opt_.bitwise_logprobs) {
     // Invariants: the loop's config check (train.on_policy) refuses these with a hint.
     GRPO_CHECK_MSG(dev == Device::cpu, "ModelRunner: bitwise_logprobs runs on the CPU backend only (docs/bitwise.md)");
@@ -290,51 +128,7 @@ ModelRunner::ModelRunner(Context& ctx, const ModelWeights& w, const EngineOption
   }
 }
 
-ModelRunner::~ModelRunner() {
-#ifdef GRPO_HAVE_CUDA
-  if (h_pinned_) {
-    ctx_.synchronize();
-    cudaFreeHost(h_pinned_);
-  }
-  if (inputs_sent_) cudaEventDestroy(static_cast<cudaEvent_t>(inputs_sent_));
-#endif
-}
-
-// The step's inputs: the first n entries of the per-token rows (n >= the logit rows) and
-// table_n entries of the block table. On CUDA through pinned memory in two copies (a pageable
-// copy each is staged by the driver, and the trained model's uploads delay its forward).
-void ModelRunner::upload_inputs(int n, int64_t table_n) {
-  const int64_t R = int64_t(h_logit_rows_.size());
-  GRPO_CHECK(R <= n && n <= max_T_ && table_n <= d_block_table_.numel());
-#ifdef GRPO_HAVE_CUDA
-  if (h_pinned_) {
-    auto st = static_cast<cudaStream_t>(ctx_.stream());
-    // The pinned buffer is rewritten below: the previous step's copies must have left it.
-    GRPO_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(inputs_sent_)) == cudaSuccess);
-    const size_t T = size_t(max_T_);
-    std::copy_n(h_tokens_.begin(), n, h_pinned_);
-    std::copy_n(h_positions_.begin(), n, h_pinned_ + T);
-    std::copy_n(h_token_seq_.begin(), n, h_pinned_ + 2 * T);
-    std::copy_n(h_slots_.begin(), n, h_pinned_ + 3 * T);
-    std::copy_n(h_logit_rows_.begin(), R, h_pinned_ + 4 * T);
-    std::copy_n(h_block_table_.begin(), table_n, h_pinned_ + kStepRows * T);
-    if (n > 0)
-      GRPO_CHECK(cudaMemcpy2DAsync(d_step_.data, T * sizeof(int32_t), h_pinned_, T * sizeof(int32_t),
-                                   size_t(n) * sizeof(int32_t), kStepRows, cudaMemcpyHostToDevice, st) == cudaSuccess);
-    if (table_n > 0)
-      GRPO_CHECK(cudaMemcpyAsync(d_block_table_.data, h_pinned_ + kStepRows * T, size_t(table_n) * sizeof(int32_t),
-                                 cudaMemcpyHostToDevice, st) == cudaSuccess);
-    GRPO_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(inputs_sent_), st) == cudaSuccess);
-    return;
-  }
-#endif
-  upload(ctx_, d_tokens_, h_tokens_, n);
-  upload(ctx_, d_positions_, h_positions_, n);
-  upload(ctx_, d_token_seq_, h_token_seq_, n);
-  upload(ctx_, d_slots_, h_slots_, n);
-  upload(ctx_, d_block_table_, h_block_table_, table_n);
-  upload(ctx_, d_logit_rows_, h_logit_rows_, R);
-}
+ModelRunner::~ModelRunner() = default;
 
 ForwardBatch ModelRunner::batch_view(int T, int S, int R, int max_context) {
   ForwardBatch b;
@@ -393,7 +187,12 @@ void ModelRunner::fill_inputs(const SchedulerOutput& step, int padded_T, bool al
     std::fill(h_block_table_.begin() + int64_t(t) * MB, h_block_table_.begin() + int64_t(t + 1) * MB, 0);
   }
   const int S_pad = std::max(S, padded_T > T ? padded_T : S);
-  upload_inputs(padded_T, int64_t(S_pad) * MB);
+  upload(ctx_, d_tokens_, h_tokens_, padded_T);
+  upload(ctx_, d_positions_, h_positions_, padded_T);
+  upload(ctx_, d_token_seq_, h_token_seq_, padded_T);
+  upload(ctx_, d_slots_, h_slots_, padded_T);
+  upload(ctx_, d_block_table_, h_block_table_, int64_t(S_pad) * MB);
+  upload(ctx_, d_logit_rows_, h_logit_rows_, int64_t(h_logit_rows_.size()));
 
   // Prefill tiles (PagedAttnMeta::prefill_tiles, read by the CUDA kernels only) when at
   // least half of the real tokens belong to sequences with n_new > 1: each sequence's rows
@@ -533,57 +332,57 @@ void ModelRunner::spec_verify_rows(const Tensor& P, const Tensor& Q, const std::
 }
 
 void ModelRunner::sample(const std::vector<RowSampling>& rows, std::vector<SampledRow>& out, const Tensor* probs) {
-  std::vector<const RowSampling*> order(rows.size());
-  for (size_t r = 0; r < rows.size(); ++r) order[r] = &rows[r];
-  sample_on(d_logits_.slice0(0, int64_t(rows.size())), order, out, probs);
-  if (opt_.bitwise_logprobs && !rows.empty()) trainer_logprobs(rows, out);
-}
-
-void ModelRunner::sample_on(const Tensor& logits, const std::vector<const RowSampling*>& rows,
-                            std::vector<SampledRow>& out, const Tensor* probs, const SampleHooks* hooks) {
   const int64_t R = int64_t(rows.size());
   out.assign(size_t(R), SampledRow{});
   if (R == 0) return;
-  GRPO_CHECK(R <= max_R_ && logits.ndim == 2 && logits.shape[0] == R);
   const Device dev = ctx_.device();
   int NB = 0, n_top = 0;
   bool any_raw = false, any_proc = false;
   int filters = 0;  // SamplingRows::filter_hint: which filters some row uses
-  for (const RowSampling* r : rows) {
-    NB = std::max(NB, int(r->banned.size()));
-    n_top = std::max(n_top, r->n_top);
-    if (r->n_top > 0) (r->top_processed ? any_proc : any_raw) = true;
-    if (r->top_k > 0) filters |= kFilterTopK;
-    if (r->top_p < 1.f) filters |= kFilterTopP;
-    if (r->min_p > 0.f) filters |= kFilterMinP;
+  for (const auto& r : rows) {
+    NB = std::max(NB, int(r.banned.size()));
+    n_top = std::max(n_top, r.n_top);
+    if (r.n_top > 0) (r.top_processed ? any_proc : any_raw) = true;
+    if (r.top_k > 0) filters |= kFilterTopK;
+    if (r.top_p < 1.f) filters |= kFilterTopP;
+    if (r.min_p > 0.f) filters |= kFilterMinP;
   }
   const size_t nR = static_cast<size_t>(R);
   std::vector<float> temp(nR), top_p(nR), min_p(nR);
   std::vector<int32_t> top_k(nR), banned(nR * static_cast<size_t>(NB), -1);
   std::vector<int64_t> key(nR), pos(nR);
-  for (size_t r = 0; r < nR; ++r) {
-    const RowSampling& rs = *rows[r];
-    temp[r] = rs.temperature;
-    top_p[r] = rs.top_p;
-    min_p[r] = rs.min_p;
-    top_k[r] = rs.top_k;
-    key[r] = int64_t(rs.rng_key);
-    pos[r] = int64_t(rs.rng_pos);
-    std::copy(rs.banned.begin(), rs.banned.end(), banned.begin() + int64_t(r) * NB);
+  for (int64_t r = 0; r < R; ++r) {
+    const RowSampling& rs = rows[size_t(r)];
+    temp[size_t(r)] = rs.temperature;
+    top_p[size_t(r)] = rs.top_p;
+    min_p[size_t(r)] = rs.min_p;
+    top_k[size_t(r)] = rs.top_k;
+    key[size_t(r)] = int64_t(rs.rng_key);
+    pos[size_t(r)] = int64_t(rs.rng_pos);
+    std::copy(rs.banned.begin(), rs.banned.end(), banned.begin() + r * NB);
   }
-  stage_->begin_upload(nR * (2 * 8 + 4 * 4) + banned.size() * 4 + 7 * 16 + (hooks ? hooks->upload_bytes : 0));
+  upload(ctx_, d_rows_.temperature, temp, R);
+  upload(ctx_, d_rows_.top_p, top_p, R);
+  upload(ctx_, d_rows_.min_p, min_p, R);
+  upload(ctx_, d_rows_.top_k, top_k, R);
+  upload(ctx_, d_rows_.rng_key, key, R);
+  upload(ctx_, d_rows_.rng_pos, pos, R);
   SamplingRows v;
   v.filter_hint = filters;
-  v.rng_key = stage_->put(key.data(), R, DType::i64, {R});
-  v.rng_pos = stage_->put(pos.data(), R, DType::i64, {R});
-  v.temperature = stage_->put(temp.data(), R, DType::f32, {R});
-  v.top_p = stage_->put(top_p.data(), R, DType::f32, {R});
-  v.min_p = stage_->put(min_p.data(), R, DType::f32, {R});
-  v.top_k = stage_->put(top_k.data(), R, DType::i32, {R});
-  if (NB > 0) v.banned = stage_->put(banned.data(), R * NB, DType::i32, {R, int64_t(NB)});
-  if (hooks && hooks->stage) hooks->stage(*stage_);
-  stage_->send();
-  if (hooks && hooks->before) hooks->before();
+  v.temperature = d_rows_.temperature.slice0(0, R);
+  v.top_p = d_rows_.top_p.slice0(0, R);
+  v.top_k = d_rows_.top_k.slice0(0, R);
+  v.min_p = d_rows_.min_p.slice0(0, R);
+  v.rng_key = d_rows_.rng_key.slice0(0, R);
+  v.rng_pos = d_rows_.rng_pos.slice0(0, R);
+  if (NB > 0) {
+    if (NB > banned_cap_) {
+      banned_cap_ = NB;
+      d_rows_.banned = tensor_zeros(dev, DType::i32, {int64_t(max_R_) * NB});
+    }
+    upload(ctx_, d_rows_.banned, banned, R * NB);
+    v.banned = d_rows_.banned.view({d_rows_.banned.numel()}).slice0(0, R * NB).view({R, int64_t(NB)});
+  }
   SamplingOutputs o;
   o.tokens = d_tok_out_.slice0(0, R);
   o.logprob_raw = d_lp_raw_.slice0(0, R);
@@ -601,116 +400,36 @@ void ModelRunner::sample_on(const Tensor& logits, const std::vector<const RowSam
     GRPO_CHECK(probs->ndim == 2 && probs->shape[0] >= R && probs->shape[1] == w_.config.vocab_size);
     o.probs = probs->slice0(0, R);
   }
-  std::vector<int32_t> tok(nR), top_ids(nR * size_t(n_top));
-  std::vector<float> lr(nR), lp(nR), top_lps(nR * size_t(n_top)), lp_after(nR);
-  Tensor after;  // hooks->after's result (tokens are identical across passes, so it runs once)
-  // Top-n lists under each distribution some row asked for.
+  const Tensor logits = d_logits_.slice0(0, R);
+  std::vector<int32_t> tok, top_ids;
+  std::vector<float> lr, lp, top_lps;
+  // Top-n lists under each distribution some row asked for (tokens are identical across calls).
   for (int pass = 0; pass < 2; ++pass) {
     const bool processed = pass == 1;
     if (pass == 1 && !any_proc) break;
     if (pass == 0 && !any_raw && any_proc) continue;
     sample_tokens(ctx_, o, logits, v, processed);
-    const bool first = !after.defined();
-    if (first && hooks && hooks->after) after = hooks->after(v.temperature);
-    stage_->begin_download(nR * 4 * 4 + 2 * top_ids.size() * 4 + 6 * 16);
-    stage_->fetch(tok.data(), o.tokens, nR * 4);
-    stage_->fetch(lr.data(), o.logprob_raw, nR * 4);
-    stage_->fetch(lp.data(), o.logprob_processed, nR * 4);
+    download(ctx_, tok, o.tokens, R);
+    download(ctx_, lr, o.logprob_raw, R);
+    download(ctx_, lp, o.logprob_processed, R);
     if (n_top > 0) {
-      stage_->fetch(top_ids.data(), o.top_ids, top_ids.size() * 4);
-      stage_->fetch(top_lps.data(), o.top_logprobs, top_lps.size() * 4);
+      download(ctx_, top_ids, o.top_ids, R * n_top);
+      download(ctx_, top_lps, o.top_logprobs, R * n_top);
     }
-    if (first && after.defined()) stage_->fetch(lp_after.data(), after, nR * 4);
-    stage_->wait();
-    for (size_t r = 0; r < nR; ++r) {
-      SampledRow& s = out[r];
-      s.token = tok[r];
-      s.logprob_raw = lr[r];
-      s.logprob_processed = lp[r];
-      if (first && after.defined()) s.logprob_trained = lp_after[r];
-      const RowSampling& rs = *rows[r];
+    for (int64_t r = 0; r < R; ++r) {
+      SampledRow& s = out[size_t(r)];
+      s.token = tok[size_t(r)];
+      s.logprob_raw = lr[size_t(r)];
+      s.logprob_processed = lp[size_t(r)];
+      const RowSampling& rs = rows[size_t(r)];
       if (rs.n_top > 0 && rs.top_processed == processed) {
         s.top.clear();
         for (int j = 0; j < rs.n_top; ++j)
-          s.top.emplace_back(top_ids[r * size_t(n_top) + size_t(j)], top_lps[r * size_t(n_top) + size_t(j)]);
+          s.top.emplace_back(top_ids[size_t(r * n_top + j)], top_lps[size_t(r * n_top + j)]);
       }
     }
   }
-}
-
-// The sampler's rows are permuted so that one window of a gathered buffer B holds every row's
-// owner logits: B = [the other runner's rows of the rows it owns (Rp) | this runner's rows of
-// its own rows (Rt) | this runner's rows of the other's rows (Rp)]. The sampler reads B[0, R);
-// the trained logprob reads B[Rp, R + Rp), this runner's logits of every row, in two calls
-// whose ids and temperatures line up with the sampler's order.
-void ModelRunner::sample_rows_mixed(const std::vector<RowSampling>& rows, const std::vector<uint8_t>& own,
-                                    const Tensor& other_logits, std::vector<SampledRow>& out) {
-  const int64_t R = int64_t(rows.size());
-  const int64_t V = w_.config.vocab_size;
-  GRPO_CHECK(own.size() == rows.size() && R <= max_R_);
-  GRPO_CHECK_MSG(other_logits.ndim == 2 && other_logits.shape[0] >= R && other_logits.shape[1] == V &&
-                     other_logits.dtype == DType::f32 && other_logits.device == ctx_.device(),
-                 "sample_rows_mixed: the other runner's logits must be (>= R, V) f32 on this device");
-  out.clear();
-  if (R == 0) return;
-  if (!d_given_lp_.defined()) d_given_lp_ = tensor_zeros(ctx_.device(), DType::f32, {max_R_});
-  std::vector<int32_t> theirs, order;  // order[j]: the row the sampler's row j is
-  for (int64_t r = 0; r < R; ++r)
-    if (!own[size_t(r)]) theirs.push_back(int32_t(r));
-  const int64_t Rp = int64_t(theirs.size()), Rt = R - Rp;
-  order = theirs;
-  for (int64_t r = 0; r < R; ++r)
-    if (own[size_t(r)]) order.push_back(int32_t(r));
-  std::vector<const RowSampling*> ptrs(static_cast<size_t>(R));
-  for (int64_t j = 0; j < R; ++j) ptrs[size_t(j)] = &rows[size_t(order[size_t(j)])];
-  const Tensor lp_t = d_given_lp_.slice0(0, R);
-  const Tensor tokens = d_tok_out_.slice0(0, R);
-  SampleHooks hooks;
-  if (Rp > 0 && (!d_mixed_.defined() || d_mixed_.shape[0] < R + Rp)) {
-    ctx_.synchronize();  // the old buffer may still be read by queued kernels
-    d_mixed_ = tensor_empty(ctx_.device(), DType::f32, {R + Rp, V});
-  }
-  const Tensor B = Rp > 0 ? d_mixed_.slice0(0, R + Rp) : Tensor();
-  // All rows this runner's: no gather, the sampler and the logprob read the logits in place.
-  const Tensor window = Rp > 0 ? B.slice0(0, R) : d_logits_.slice0(0, R);
-  // Gather indices: the other's rows (Rp), then this runner's rows in B[Rp, R + Rp) order.
-  std::vector<int32_t> idx_mine(order.begin() + Rp, order.end());
-  idx_mine.insert(idx_mine.end(), theirs.begin(), theirs.end());
-  Tensor d_theirs, d_mine;
-  if (Rp > 0) {
-    hooks.upload_bytes = size_t(Rp + R) * 4 + 2 * 16;
-    hooks.stage = [&](TransferStage& st) {
-      d_theirs = st.put(theirs.data(), Rp, DType::i32, {Rp});
-      d_mine = st.put(idx_mine.data(), R, DType::i32, {R});
-    };
-    hooks.before = [&] {
-      Tensor a = B.slice0(0, Rp), b = B.slice0(Rp, R + Rp);
-      gather_rows_forward(ctx_, a, other_logits, d_theirs);
-      gather_rows_forward(ctx_, b, d_logits_, d_mine);
-    };
-  }
-  hooks.after = [&](const Tensor& temps) {
-    if (Rp == 0) {
-      Tensor dst = lp_t;
-      logits_row_logprobs(ctx_, dst, window, tokens, temps);
-      return lp_t;
-    }
-    if (Rt > 0) {
-      Tensor dst = lp_t.slice0(Rp, R);
-      logits_row_logprobs(ctx_, dst, B.slice0(Rp, R), tokens.slice0(Rp, R), temps.slice0(Rp, R));
-    }
-    Tensor dst = lp_t.slice0(0, Rp);
-    logits_row_logprobs(ctx_, dst, B.slice0(R, R + Rp), tokens.slice0(0, Rp), temps.slice0(0, Rp));
-    return lp_t;
-  };
-  std::vector<SampledRow> res;
-  sample_on(window, ptrs, res, nullptr, &hooks);
-  out.assign(size_t(R), SampledRow{});
-  for (int64_t j = 0; j < R; ++j) {
-    const size_t r = size_t(order[size_t(j)]);
-    out[r] = std::move(res[size_t(j)]);
-    out[r].by_trained = own[r] != 0;
-  }
+  if (opt_.bitwise_logprobs) trainer_logprobs(rows, out);
 }
 
 // The trainer scores logits / T over the full vocabulary with token_logprobs_forward on
@@ -753,17 +472,17 @@ void ModelRunner::row_logprobs(const std::vector<int32_t>& ids, const std::vecto
   GRPO_CHECK(temps.size() == ids.size() && R <= max_R_);
   out.clear();
   if (R == 0) return;
-  if (!d_given_lp_.defined()) d_given_lp_ = tensor_zeros(ctx_.device(), DType::f32, {max_R_});
-  stage_->begin_upload(size_t(R) * 8 + 2 * 16);
-  const Tensor d_ids = stage_->put(ids.data(), R, DType::i32, {R});
-  const Tensor d_temps = stage_->put(temps.data(), R, DType::f32, {R});
-  stage_->send();
+  if (!d_given_ids_.defined()) {
+    const Device dev = ctx_.device();
+    d_given_ids_ = tensor_zeros(dev, DType::i32, {max_R_});
+    d_given_temps_ = tensor_zeros(dev, DType::f32, {max_R_});
+    d_given_lp_ = tensor_zeros(dev, DType::f32, {max_R_});
+  }
+  upload(ctx_, d_given_ids_, ids, R);
+  upload(ctx_, d_given_temps_, temps, R);
   Tensor lp = d_given_lp_.slice0(0, R);
-  logits_row_logprobs(ctx_, lp, d_logits_.slice0(0, R), d_ids, d_temps);
-  out.resize(size_t(R));
-  stage_->begin_download(size_t(R) * 4 + 16);
-  stage_->fetch(out.data(), lp, size_t(R) * 4);
-  stage_->wait();
+  logits_row_logprobs(ctx_, lp, d_logits_.slice0(0, R), d_given_ids_.slice0(0, R), d_given_temps_.slice0(0, R));
+  download(ctx_, out, lp, R);
 }
 
 }  // namespace grpo

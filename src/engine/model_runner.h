@@ -31,8 +31,6 @@
 namespace grpo {
 
 class DecodeGraphs;
-class TransferStage;
-struct SampleHooks;
 
 // Sampling settings of one logits row (host side).
 struct RowSampling {
@@ -103,29 +101,12 @@ class ModelRunner {
   // After forward(): log_softmax(logits_r / temps[r])[ids[r]] of the first ids.size() rows
   // (kernels/row_logprob.h).
   void row_logprobs(const std::vector<int32_t>& ids, const std::vector<float>& temps, std::vector<float>& out);
-  // Tandem decoding with owners known before sampling (strategies token and chunk): after
-  // forward() here and on the other runner, row r is sampled from this runner's logits when
-  // own[r], else from row r of other_logits, in one sampler pass; every row also gets
-  // logprob_trained = log_softmax(this runner's logits_r / T_r)[token], as row_logprobs computes
-  // it. Each row's results equal sample_rows() of its owner bit for bit (the sampler and the
-  // row-logprob kernel compute every row from that row alone). The caller orders the other
-  // runner's forward before this runner's stream (TandemDecoder waits on an event).
-  void sample_rows_mixed(const std::vector<RowSampling>& rows, const std::vector<uint8_t>& own,
-                         const Tensor& other_logits, std::vector<SampledRow>& out);
-  // The logits rows forward() leaves: (max rows, V) f32, the step's sampled rows first.
-  const Tensor& logits() const { return d_logits_; }
 
  private:
   void fill_inputs(const SchedulerOutput& step, int padded_T, bool allow_prefill_tiles);
-  void upload_inputs(int n, int64_t table_n);
   ForwardBatch batch_view(int T, int S, int R, int max_context);
   void run_forward(const SchedulerOutput& step);
   void sample(const std::vector<RowSampling>& rows, std::vector<SampledRow>& out, const Tensor* probs = nullptr);
-  // The sampler over logits (rows.size(), V), row j with *rows[j]; out[j] gets row j's results.
-  // Uploads go through one staged copy and each pass's downloads wait for the stream once;
-  // hooks add the caller's uploads, work before the sampler and a logprob_trained result.
-  void sample_on(const Tensor& logits, const std::vector<const RowSampling*>& rows, std::vector<SampledRow>& out,
-                 const Tensor* probs, const SampleHooks* hooks = nullptr);
   // EngineOptions::bitwise_logprobs: overwrites out's logprobs with the trainer's LM-head
   // logprob of each sampled token (the tokens are in d_tok_out_, the hidden rows in scratch_.xn).
   void trainer_logprobs(const std::vector<RowSampling>& rows, std::vector<SampledRow>& out);
@@ -141,26 +122,19 @@ class ModelRunner {
   KVCache cache_;
   RopeTable rope_;
   ForwardScratch scratch_;
-  // Persistent step inputs on the device: (max_T) i32 each, rows of d_step_ (tokens, positions,
-  // token_seq, slots, logit rows), and the block table (max_seqs, max_blocks_per_seq).
-  static constexpr int kStepRows = 5;
-  Tensor d_step_;
+  // Persistent step inputs on the device: (max_T) i32 each, block table (max_seqs, max_blocks_per_seq).
   Tensor d_tokens_, d_positions_, d_token_seq_, d_slots_, d_block_table_, d_logit_rows_;
-  int32_t* h_pinned_ = nullptr;   // CUDA: pinned staging of d_step_'s rows, then the block table
-  void* inputs_sent_ = nullptr;   // cudaEvent_t recorded after the last upload from h_pinned_
   Tensor d_prefill_tiles_;   // (max_T, 4) i32: the step's prefill tiles (each has >= 1 row, so <= max_T)
   int n_prefill_tiles_ = 0;  // tiles of the step last filled (0: none)
   Tensor d_logits_;  // (max_seqs, V) f32
-  // Persistent sampler outputs (max_seqs rows); top-n is flat and grows on demand. The sampler's
-  // per-row inputs are views into stage_'s device buffer.
+  // Persistent sampling buffers (max_seqs rows); banned and top-n are flat and grow on demand.
+  SamplingRows d_rows_;
   Tensor d_tok_out_, d_lp_raw_, d_lp_proc_, d_top_ids_, d_top_lps_;
-  int top_cap_ = 0;
-  Tensor d_given_lp_;  // (max_R) row_logprobs / sample_rows_mixed output, allocated on first use
+  int banned_cap_ = 0, top_cap_ = 0;
+  Tensor d_given_ids_, d_given_temps_, d_given_lp_;  // (max_seqs) row_logprobs buffers, allocated on first use
   Tensor d_lse_;  // (max_R) f32: trainer_logprobs' log-sum-exp output (unused but required by the kernel)
   SpecVerifyRows d_verify_;                           // (max_R) spec_verify inputs, allocated on first use
   SpecVerifyOutputs d_verify_out_;
-  std::unique_ptr<TransferStage> stage_;  // pinned staging of sample()'s and row_logprobs()' transfers
-  Tensor d_mixed_;                         // sample_rows_mixed's gathered logits rows, grown on demand
   // Host staging.
   std::vector<int32_t> h_tokens_, h_positions_, h_token_seq_, h_slots_, h_block_table_, h_logit_rows_;
   std::vector<std::array<int32_t, 4>> h_tiles_;  // (row0, n_rows, seq, pos0)

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 
 #ifdef GRPO_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -130,11 +129,7 @@ Status tandem_check_partner(const ModelConfig& trained, const ModelConfig& partn
 
 TandemDecoder::TandemDecoder(Context& ctx, const ModelWeights& partner, const EngineOptions& eo, EngineGeometry geo,
                              TandemOptions opt)
-    : w_(partner), trained_ctx_(ctx), opt_(std::move(opt)) {
-  // GRPO_TANDEM_TWO_PASS=1: every strategy takes the word strategy's path (both models sample
-  // every row); the A/B of the one-pass path, which must give the same results bit for bit.
-  const char* two = std::getenv("GRPO_TANDEM_TWO_PASS");
-  two_pass_ = two && two[0] == '1';
+    : w_(partner), opt_(std::move(opt)) {
   GRPO_CHECK_MSG(opt_.validate(partner.config.vocab_size).ok(), "TandemDecoder: invalid options (validate first)");
   if (geo.kv_dtype != DType::f8e4m3) geo.kv_dtype = partner.dtype;
   Context* pctx = &ctx;
@@ -155,12 +150,7 @@ TandemDecoder::TandemDecoder(Context& ctx, const ModelWeights& partner, const En
   partner_ = std::make_unique<ModelRunner>(*pctx, partner, eo, geo);
 }
 
-TandemDecoder::~TandemDecoder() {
-  partner_.reset();
-#ifdef GRPO_HAVE_CUDA
-  if (partner_done_) cudaEventDestroy(static_cast<cudaEvent_t>(partner_done_));
-#endif
-}
+TandemDecoder::~TandemDecoder() = default;
 
 void TandemDecoder::execute(ModelRunner& trained, const SchedulerOutput& step, const std::vector<RowSampling>& rows,
                             std::vector<SampledRow>& out) {
@@ -168,25 +158,10 @@ void TandemDecoder::execute(ModelRunner& trained, const SchedulerOutput& step, c
   out.clear();
   if (step.empty()) return;
   // Both forwards write their own pools at the same slots (on CUDA on two streams,
-  // overlapping).
+  // overlapping); then both sample with the same keys and counters (each sampler
+  // reads only its own logits and waits for its own stream).
   trained.forward(step);
   partner_->forward(step);
-  if (opt_.strategy != TandemStrategy::word && !two_pass_) {
-    // Token and chunk owners do not depend on the sampled tokens: one sampler pass on the
-    // trained stream reads each row from its owner's logits, once the partner's are written.
-    own_.clear();
-    for (const ScheduledSeq& ss : step.seqs) {
-      if (!ss.sample) continue;
-      const Sequence& s = *ss.seq;
-      own_.push_back(uint8_t(tandem_pick(opt_, tandem_key(opt_.seed, s.rng_key), s.n_completion(), -1, -1, -1, -1)));
-    }
-    wait_for_partner();
-    trained.sample_rows_mixed(rows, own_, partner_->logits(), out);
-    return;
-  }
-  // Word: whether the owner switches depends on the token each model sampled, so both sample
-  // every row with the same keys and counters (each sampler reads only its own logits and
-  // waits for its own stream).
   trained.sample_rows(rows, out);
   partner_->sample_rows(rows, rows_partner_);
   ids_.clear();
@@ -211,24 +186,6 @@ void TandemDecoder::execute(ModelRunner& trained, const SchedulerOutput& step, c
   // distribution at the sampling temperature (its logits are still in place).
   trained.row_logprobs(ids_, temps_, lp_trained_);
   for (size_t j = 0; j < out.size(); ++j) out[j].logprob_trained = lp_trained_[j];
-}
-
-// The trained stream waits on the device for the partner's queued forward; the host does not.
-// The partner's next forward cannot overwrite its logits before the gather has read them: each
-// step ends with the host waiting for the trained stream, which is after the gather.
-void TandemDecoder::wait_for_partner() {
-#ifdef GRPO_HAVE_CUDA
-  if (own_ctx_) {
-    if (!partner_done_) {
-      cudaEvent_t e = nullptr;
-      GRPO_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess);
-      partner_done_ = e;
-    }
-    auto ev = static_cast<cudaEvent_t>(partner_done_);
-    GRPO_CHECK(cudaEventRecord(ev, static_cast<cudaStream_t>(own_ctx_->stream())) == cudaSuccess);
-    GRPO_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(trained_ctx_.stream()), ev, 0) == cudaSuccess);
-  }
-#endif
 }
 
 }  // namespace grpo

@@ -5,13 +5,11 @@
 // token — prompt, recompute after preemption, or new token, whoever wrote it —
 // goes through both forwards, so both caches always hold K/V for the same
 // tokens; prefix-cache hits share blocks whose slots in both pools were written
-// from the same tokens. A seeded per-sequence decision picks whose token is
-// emitted (the owner), sampled with the row's RNG key and counter from the owner's
-// logits. The row records the owner, the owner's logprobs and the trained model's
-// logprob of the emitted token under log_softmax(z / T) (what the trainer
-// recomputes). Token and chunk owners are known before sampling, so one sampler
-// pass reads each row from its owner's logits; the word strategy's owner depends
-// on the sampled tokens, so there both models sample every row.
+// from the same tokens. Per sampled row both models sample with the row's RNG
+// key and counter, and a seeded per-sequence decision picks whose token is
+// emitted (the owner). The row records the owner, the owner's logprobs and the
+// trained model's logprob of the emitted token under log_softmax(z / T) (what
+// the trainer recomputes).
 // On CUDA the partner runs on a context of its own (its own stream, handles and a
 // smaller workspace), so its forward overlaps the trained model's on the GPU;
 // each runner captures its own decode graphs, so CUDA graphs cover both forwards.
@@ -109,14 +107,8 @@ class TandemDecoder {
   int64_t n_graph_replays() const { return partner_->n_graph_replays(); }
 
  private:
-  void wait_for_partner();
-
   const ModelWeights& w_;
-  Context& trained_ctx_;
   TandemOptions opt_;
-  bool two_pass_ = false;           // GRPO_TANDEM_TWO_PASS=1 (see the constructor)
-  void* partner_done_ = nullptr;    // cudaEvent_t: the partner's forward of the step, on its stream
-  std::vector<uint8_t> own_;        // per sampled row: the trained model writes it
   std::unique_ptr<Context> own_ctx_;  // CUDA: the partner's stream; null on the CPU (shares the caller's)
   std::unique_ptr<ModelRunner> partner_;
   std::vector<SampledRow> rows_partner_;
