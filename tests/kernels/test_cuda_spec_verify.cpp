@@ -75,12 +75,14 @@ Dists make_probs(int64_t R, int64_t V, uint32_t seed) {
 }  // namespace
 
 TEST(CudaSpecVerify, DenseProbsMatchCpu) {
+  GRPO_SKIP_WITHOUT_CUDA();
   const int64_t R = 16, V = 151936;
   const Dists d = make_probs(R, V, 5);
   EXPECT_TRUE(close("probs", d.probs_gpu, d.probs_cpu, Tol{1e-7, 1e-4}));
 }
 
 TEST(CudaSpecVerify, VerifyMatchesCpu) {
+  GRPO_SKIP_WITHOUT_CUDA();
   const int64_t Rp = 8, V = 151936, N = 256;
   const Dists p = make_probs(Rp, V, 11), q = make_probs(Rp, V, 12);
   std::mt19937 rng(3);
