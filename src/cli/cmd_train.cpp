@@ -182,6 +182,7 @@ grpo::cli::CommandRegistrar reg("train", "Train a model with GRPO from a TOML ru
       grpo::dist_abort_job(comm.get(), rc);  // the other ranks would wait in a collective forever
       return rc;
     }
+    if (comm) comm->finish();  // the other ranks watch this one's exit (dist/peer_watch.h)
     if (const int sig = r.value().stop_signal) {
       const char* name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
       if (r.value().last_checkpoint.empty())

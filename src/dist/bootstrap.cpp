@@ -25,6 +25,11 @@ struct Fd {
   int fd = -1;
   explicit Fd(int f) : fd(f) {}
   ~Fd() { if (fd >= 0) ::close(fd); }
+  int release() {
+    const int f = fd;
+    fd = -1;
+    return f;
+  }
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
 };
@@ -61,7 +66,7 @@ Status recv_all(int fd, void* p, size_t n, double deadline) {
 }  // namespace
 
 Result<std::string> tcp_rendezvous(const std::string& addr, int port, int rank, int world, const std::string& payload,
-                                   double timeout_s) {
+                                   double timeout_s, KeptLinks* keep) {
   const double deadline = now_seconds() + timeout_s;
   const std::string where = addr + ":" + std::to_string(port);
   if (rank == 0) {
@@ -91,6 +96,12 @@ Result<std::string> tcp_rendezvous(const std::string& addr, int port, int rank, 
       if (c.fd < 0) continue;
       GRPO_TRY(send_all(c.fd, &len, sizeof len));
       GRPO_TRY(send_all(c.fd, payload.data(), payload.size()));
+      if (keep) {  // the other side names its rank; the connection stays open
+        int32_t r = -1;
+        GRPO_TRY(recv_all(c.fd, &r, sizeof r, deadline));
+        keep->ranks.push_back(int(r));
+        keep->fds.push_back(c.release());
+      }
       ++got;
     }
     return payload;
@@ -108,6 +119,12 @@ Result<std::string> tcp_rendezvous(const std::string& addr, int port, int rank, 
       GRPO_TRY(recv_all(c.fd, &len, sizeof len, deadline));
       std::string out(len, '\0');
       GRPO_TRY(recv_all(c.fd, out.data(), len, deadline));
+      if (keep) {
+        const int32_t r = rank;
+        GRPO_TRY(send_all(c.fd, &r, sizeof r));
+        keep->ranks.push_back(0);
+        keep->fds.push_back(c.release());
+      }
       return out;
     }
     if (now_seconds() > deadline)
@@ -164,8 +181,14 @@ Result<std::unique_ptr<Communicator>> dist_init(DistLaunch& l, Device device) {
   if (l.rank == 0) {
     GRPO_ASSIGN_OR_RETURN(id, nccl_make_id());
   }
-  GRPO_ASSIGN_OR_RETURN(id, tcp_rendezvous(l.master_addr, l.master_port, l.rank, l.world_size, id, l.timeout_s));
-  return communicator_nccl_create(id, l.rank, l.world_size, l.timeout_s);
+  // No launcher reaps an env launch when one rank dies: the rendezvous connections
+  // stay open as the ranks' liveness links (dist/peer_watch.h).
+  KeptLinks links;
+  GRPO_ASSIGN_OR_RETURN(id, tcp_rendezvous(l.master_addr, l.master_port, l.rank, l.world_size, id, l.timeout_s, &links));
+  std::vector<std::string> names;
+  for (int r : links.ranks) names.push_back("rank " + std::to_string(r));
+  auto watch = std::make_unique<PeerWatch>(l.rank == 0, std::move(links.fds), std::move(names));
+  return communicator_nccl_create(id, l.rank, l.world_size, l.timeout_s, std::move(watch));
 #else
   return error_status("GPU ranks need a CUDA build with NCCL (this binary has no CUDA)");
 #endif

@@ -10,9 +10,11 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/context.h"
 #include "dist/communicator.h"
+#include "dist/peer_watch.h"
 
 namespace grpo {
 
@@ -37,15 +39,27 @@ void dist_abort_job(Communicator* comm, int code);
 std::unique_ptr<Communicator> communicator_mpi_create(int* rank, int* world, int* local_rank);
 bool mpi_is_initialized();
 #ifdef GRPO_HAVE_CUDA
-// id_bytes is the 128-byte ncclUniqueId, already identical on every rank.
+// id_bytes is the 128-byte ncclUniqueId, already identical on every rank. With
+// `watch`, a collective that waits on a peer the watch reports lost is aborted at
+// once with the watch's reason (else after timeout_s).
 Result<std::unique_ptr<Communicator>> communicator_nccl_create(const std::string& id_bytes, int rank, int world,
-                                                               double timeout_s);
+                                                               double timeout_s,
+                                                               std::unique_ptr<PeerWatch> watch = nullptr);
 Result<std::string> nccl_make_id();
 #endif
+// Connections a rendezvous leaves open (for dist/peer_watch.h): sockets and the
+// rank at the other end of each (rank 0: every other rank; others: rank 0).
+struct KeptLinks {
+  std::vector<int> fds;
+  std::vector<int> ranks;
+};
+
 // TCP rendezvous: rank 0 listens on addr:port and sends `payload` to each of
 // the world-1 other ranks, which connect (retrying until timeout_s) and
-// return it. Rank 0 returns its own payload.
+// return it. Rank 0 returns its own payload. With `keep` (on every rank or on
+// none) each rank answers with its rank number and the connections stay open,
+// handed over in *keep.
 Result<std::string> tcp_rendezvous(const std::string& addr, int port, int rank, int world, const std::string& payload,
-                                   double timeout_s);
+                                   double timeout_s, KeptLinks* keep = nullptr);
 
 }  // namespace grpo

@@ -31,6 +31,9 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual const char* backend() const = 0;
+  // This rank ended its run normally (after its last collective): tells peers that
+  // watch its liveness (dist/peer_watch.h) that its exit is not a failure.
+  virtual void finish() {}
   // In place: t (f32, contiguous, on the communicator's device) becomes the
   // sum over ranks. Enqueued on ctx's stream for NCCL; done on return for MPI.
   virtual Status all_reduce_sum(Context& ctx, Tensor& t) = 0;

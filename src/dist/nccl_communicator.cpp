@@ -36,8 +36,8 @@ ncclDataType_t nccl_type(DType d) {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(ncclComm_t c, int rank, int size, double timeout_s)
-      : comm_(c), rank_(rank), size_(size), timeout_s_(timeout_s) {
+  NcclCommunicator(ncclComm_t c, int rank, int size, double timeout_s, std::unique_ptr<PeerWatch> watch)
+      : comm_(c), rank_(rank), size_(size), timeout_s_(timeout_s), watch_(std::move(watch)) {
     GRPO_CHECK(cudaStreamCreateWithFlags(&host_stream_, cudaStreamNonBlocking) == cudaSuccess);
   }
   ~NcclCommunicator() override {
@@ -48,6 +48,9 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* backend() const override { return "nccl"; }
+  void finish() override {
+    if (watch_) watch_->finish();
+  }
 
   Status all_reduce_sum(Context& ctx, Tensor& t) override {
     if (t.device != Device::cuda || t.dtype != DType::f32)
@@ -134,13 +137,15 @@ class NcclCommunicator final : public Communicator {
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm_, &async);
       const bool late = now_seconds() > deadline;
-      if (async != ncclSuccess || late) {
+      const std::string lost = watch_ ? watch_->lost() : std::string();
+      if (async != ncclSuccess || late || !lost.empty()) {
         ncclCommAbort(comm_);
         comm_ = nullptr;
-        return error_status(std::string("NCCL ") + what + " on rank " + std::to_string(rank_) + ": " +
-                            (late ? "no progress for " + std::to_string(int(timeout_s_)) +
-                                        " s (a peer rank died or hangs; [dist] timeout_s)"
-                                  : std::string(ncclGetErrorString(async))) +
+        const std::string why = !lost.empty() ? lost
+                                : late        ? "no progress for " + std::to_string(int(timeout_s_)) +
+                                                    " s (a peer rank died or hangs; [dist] timeout_s)"
+                                              : std::string(ncclGetErrorString(async));
+        return error_status(std::string("NCCL ") + what + " on rank " + std::to_string(rank_) + ": " + why +
                             "; the communicator was aborted, restart the job from the last checkpoint");
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -159,6 +164,7 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_ = nullptr;
   int rank_ = 0, size_ = 1;
   double timeout_s_ = 300;
+  std::unique_ptr<PeerWatch> watch_;  // env launch / weight bridge: the peers' liveness links
   cudaStream_t host_stream_ = nullptr;
   void* host_buf_ = nullptr;
   size_t host_cap_ = 0;
@@ -173,13 +179,13 @@ Result<std::string> nccl_make_id() {
 }
 
 Result<std::unique_ptr<Communicator>> communicator_nccl_create(const std::string& id_bytes, int rank, int world,
-                                                               double timeout_s) {
+                                                               double timeout_s, std::unique_ptr<PeerWatch> watch) {
   ncclUniqueId id;
   if (id_bytes.size() != sizeof id.internal) return error_status("NCCL bootstrap: the unique id arrived damaged");
   std::memcpy(id.internal, id_bytes.data(), sizeof id.internal);
   ncclComm_t c = nullptr;
   GRPO_TRY(nccl_status(ncclCommInitRank(&c, world, id, rank), "communicator set-up (ncclCommInitRank)"));
-  return std::unique_ptr<Communicator>(new NcclCommunicator(c, rank, world, timeout_s));
+  return std::unique_ptr<Communicator>(new NcclCommunicator(c, rank, world, timeout_s, std::move(watch)));
 }
 
 }  // namespace grpo

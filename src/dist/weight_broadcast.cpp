@@ -132,11 +132,17 @@ Result<std::unique_ptr<Communicator>> bridge_connect_trainer(const std::string& 
   const int world = 1 + n_servers;
   std::string payload(reinterpret_cast<const char*>(&world), sizeof world);
   payload += id;
-  GRPO_TRY(tcp_rendezvous(addr, port, 0, world, payload, timeout_s)
+  // The rendezvous connections stay open: a server that dies is noticed at the next
+  // update instead of after timeout_s (dist/peer_watch.h).
+  KeptLinks links;
+  GRPO_TRY(tcp_rendezvous(addr, port, 0, world, payload, timeout_s, &links)
                .status()
                .with_context("weight bridge: waiting for " + std::to_string(n_servers) + " grpo serve --receive " + addr +
                              ":" + std::to_string(port)));
-  return communicator_nccl_create(id, 0, world, timeout_s);
+  std::vector<std::string> names;
+  for (int r : links.ranks) names.push_back("grpo serve --receive-rank " + std::to_string(r));
+  return communicator_nccl_create(id, 0, world, timeout_s,
+                                  std::make_unique<PeerWatch>(true, std::move(links.fds), std::move(names)));
 #else
   (void)addr, (void)port, (void)n_servers, (void)timeout_s;
   return error_status("the NCCL weight bridge needs a CUDA build (NCCL between GPUs); on the CPU follow the run with "
@@ -148,7 +154,8 @@ Result<std::unique_ptr<Communicator>> bridge_connect_server(const std::string& a
                                                             double timeout_s) {
 #ifdef GRPO_HAVE_CUDA
   if (rank < 1) return error_status("--receive-rank must be >= 1 (rank 0 is the trainer)");
-  auto got = tcp_rendezvous(addr, port, rank, 0, "", timeout_s);
+  KeptLinks links;
+  auto got = tcp_rendezvous(addr, port, rank, 0, "", timeout_s, &links);
   if (!got.ok()) return got.status().with_context("--receive " + addr + ":" + std::to_string(port));
   const std::string& payload = got.value();
   int world = 0;
@@ -157,7 +164,9 @@ Result<std::unique_ptr<Communicator>> bridge_connect_server(const std::string& a
   if (rank >= world)
     return error_status("--receive-rank " + std::to_string(rank) + ": the trainer expects " +
                         std::to_string(world - 1) + " server(s) (ranks 1.." + std::to_string(world - 1) + ")");
-  return communicator_nccl_create(payload.substr(sizeof world), rank, world, timeout_s);
+  return communicator_nccl_create(
+      payload.substr(sizeof world), rank, world, timeout_s,
+      std::make_unique<PeerWatch>(false, std::move(links.fds), std::vector<std::string>{"the trainer (grpo train)"}));
 #else
   (void)addr, (void)port, (void)rank, (void)timeout_s;
   return error_status("--receive: the NCCL weight bridge needs a CUDA build (NCCL between GPUs); on the CPU follow "
@@ -231,7 +240,9 @@ Status WeightBroadcaster::finish() {
   if (stats_.down) return ok_status();
   double hdr[kHeader] = {kMagic, -1, double(plan_.kind), 0, 0};
   Status st = comm_.all_reduce_host(std::span<double>(hdr, kHeader), HostReduce::max);
-  return st.ok() ? st : fail(st.with_context("final header"));
+  if (!st.ok()) return fail(st.with_context("final header"));
+  comm_.finish();
+  return st;
 }
 
 WeightReceiver::WeightReceiver(Communicator& comm, Tensor arena, TransferPlan plan, BroadcastOptions opt)
@@ -247,7 +258,10 @@ Result<int64_t> WeightReceiver::wait_header() {
     return error_status("weight bridge: a header without the grpo.cpp magic; another program or version is rank " +
                         std::to_string(opt_.root));
   const int64_t v = int64_t(hdr[1]);
-  if (v == -1) return v;
+  if (v == -1) {
+    comm_.finish();  // the trainer is done; this server leaving later is no failure
+    return v;
+  }
   if (hdr[2] != double(plan_.kind) || hdr[3] != double(plan_.buckets.size()) || hdr[4] != double(plan_.total_bytes))
     return error_status("weight bridge: version " + std::to_string(v) + " announces " + std::to_string(int64_t(hdr[3])) +
                         " buckets of " + std::to_string(int64_t(hdr[4])) + " bytes; this server's plan is " +
