@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Issue 24 on two GPUs: the NCCL weight bridge from `grpo train` (GPU 0) to a
+# separate `grpo serve --receive` (GPU 1), on a random-init PRESET (default
+# qwen2.5-0.5b, bf16), the GRPO benchmark config (examples/bench-qwen2.5-0.5b.toml).
+# Parts (PARTS, default all):
+#   sync    : full bf16 weights broadcast after every optimizer step with the server
+#             idle (no requests, so the trainer's time/bridge is the transfer itself, not
+#             a wait for the server to drain); target <= 20 ms. The server's log gives
+#             its receive times and versions.
+#   lora    : the same with [lora] (r = 16, all seven targets): only the adapters'
+#             arena moves; target <= 1 ms. The server starts from an adapter of the
+#             same shape made by a one-step LoRA run.
+#   lost    : the server is killed (SIGKILL) mid-run: with server.bridge_on_failure =
+#             "error" the trainer must stop with an error naming the server within
+#             seconds; with "continue" it must log the loss once and finish its steps.
+#   trainerlost: the trainer is killed mid-run: the server must notice within seconds
+#             (its log) and keep serving the last version it received (GET /health).
+# Writes bench/results/bridge_nccl_sync-<preset>.json.
+set -uo pipefail
+B=${BUILD:-build-static}
+[ -f .carry/bin.tar.xz ] && [ ! -x "$B/grpo" ] && tar xJf .carry/bin.tar.xz
+PRESET=${PRESET:-qwen2.5-0.5b}
+PARTS=${PARTS:-"sync lora lost trainerlost"}
+STEPS=${STEPS:-12}
+OUT=${OUT:-/tmp/nccl_bridge}
+TOK=.carry/shared/tokenizers/qwen2
+[ -d "$TOK" ] || TOK=../shared/data/tokenizers/qwen2
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+W=runs/nccl_bridge
+mkdir -p bench/results "$OUT/logs" $W runs/models
+MODEL=runs/models/bench-$PRESET
+[ -f $MODEL/config.json ] || $B/grpo init-model --preset $PRESET --out $MODEL --dtype bf16 --seed 1 --tokenizer-dir $TOK \
+  > "$OUT/logs/init.log" 2>&1 || { cat "$OUT/logs/init.log"; exit 1; }
+CFG=$W/bench.toml
+sed "s#runs/models/bench-qwen2.5-0.5b#$MODEL#; s#runs/bench-qwen2.5-0.5b#$W/default#" examples/bench-qwen2.5-0.5b.toml > $CFG
+has() { [[ " $PARTS " == *" $1 "* ]]; }
+PORT=29660
+# start_pair NAME SERVER_EXTRA TRAIN_EXTRA...: trainer on GPU 0, server on GPU 1.
+start_pair() {
+  local name=$1 sx=$2; shift 2
+  PORT=$((PORT + 1))
+  rm -rf "$W/$name"
+  CUDA_VISIBLE_DEVICES=0 $B/grpo train $CFG --out "$W/$name" --set engine.kv_cache_mib=8192 --set server.bridge=nccl \
+    --set server.bridge_addr=127.0.0.1:$PORT --set log.progress=plain "$@" > "$OUT/logs/$name-train.log" 2>&1 &
+  TRAIN=$!
+  # shellcheck disable=SC2086
+  CUDA_VISIBLE_DEVICES=1 $B/grpo serve --model $MODEL --device cuda --port 0 --kv-cache-mib 4096 --receive 127.0.0.1:$PORT \
+    $sx > "$OUT/logs/$name-serve.log" 2>&1 &
+  SERVE=$!
+}
+metric_med() {  # metric_med RUN KEY: median of KEY over the run's metrics.jsonl, in ms
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+v = sorted(json.loads(l)[sys.argv[2]] for l in open(sys.argv[1] + "/metrics.jsonl") if sys.argv[2] in l)
+print("n=%d median %.3f ms min %.3f ms max %.3f ms" % (len(v), 1e3 * v[len(v) // 2], 1e3 * v[0], 1e3 * v[-1]) if v else "none")
+PY
+}
+RES="{}"
+if has sync; then
+  start_pair sync "" --set train.steps=$STEPS
+  wait $TRAIN; echo "sync: trainer rc=$?"; sleep 1
+  echo "sync: trainer time/bridge (full bf16 weights) $(metric_med $W/sync time/bridge)"
+  grep -m3 -i "bridge\|receiv" "$OUT/logs/sync-train.log" | cut -c1-300
+  grep -i "version\|receiv" "$OUT/logs/sync-serve.log" | tail -3 | cut -c1-300
+  kill $SERVE 2>/dev/null; wait $SERVE 2>/dev/null
+  cp $W/sync/metrics.jsonl "$OUT/sync.metrics.jsonl"
+fi
+if has lora; then
+  # An adapter of the run's shape for the server to start from: one LoRA step, saved.
+  CUDA_VISIBLE_DEVICES=0 $B/grpo train $CFG --out $W/lora-init --set train.steps=1 --set lora.enabled=true --set lora.r=16 \
+    --set checkpoint.save_final=true --set engine.kv_cache_mib=8192 > "$OUT/logs/lora-init.log" 2>&1
+  AD=$(dirname "$(find $W/lora-init -name adapter_config.json | head -1)")
+  echo "lora: initial adapter $AD"
+  start_pair lora "--lora $AD" --set train.steps=$STEPS --set lora.enabled=true --set lora.r=16
+  wait $TRAIN; echo "lora: trainer rc=$?"; sleep 1
+  echo "lora: trainer time/bridge (adapters) $(metric_med $W/lora time/bridge)"
+  grep -i "version\|receiv" "$OUT/logs/lora-serve.log" | tail -2 | cut -c1-300
+  kill $SERVE 2>/dev/null; wait $SERVE 2>/dev/null
+  cp $W/lora/metrics.jsonl "$OUT/lora.metrics.jsonl"
+fi
+if has lost; then
+  for mode in error continue; do
+    start_pair lost-$mode "" --set train.steps=14 --set server.bridge_on_failure=$mode --set server.bridge_timeout_s=120
+    for _ in $(seq 1 600); do grep -q '"step": 3' $W/lost-$mode/metrics.jsonl 2>/dev/null && break; sleep 0.1; done
+    t0=$(date +%s.%N); kill -9 $SERVE; wait $SERVE 2>/dev/null
+    if [ $mode = error ]; then
+      for _ in $(seq 1 600); do kill -0 $TRAIN 2>/dev/null || break; sleep 0.1; done
+      echo "lost-error: trainer ended $(awk -v a=$t0 -v b=$(date +%s.%N) 'BEGIN{printf "%.2f", b-a}') s after the server was killed"
+      kill -9 $TRAIN 2>/dev/null; wait $TRAIN; echo "lost-error: trainer rc=$?"
+    else
+      wait $TRAIN; echo "lost-continue: trainer rc=$? after $(grep -c time/step $W/lost-$mode/metrics.jsonl) steps"
+    fi
+    grep -i "error\|bridge" "$OUT/logs/lost-$mode-train.log" | tail -3 | cut -c1-400
+  done
+fi
+if has trainerlost; then
+  start_pair trainerlost "" --set train.steps=40
+  for _ in $(seq 1 600); do grep -q '"step": 3' $W/trainerlost/metrics.jsonl 2>/dev/null && break; sleep 0.1; done
+  t0=$(date +%s.%N); kill -9 $TRAIN; wait $TRAIN 2>/dev/null
+  for _ in $(seq 1 100); do grep -qi "lost\|without finishing\|error" "$OUT/logs/trainerlost-serve.log" && break; sleep 0.1; done
+  echo "trainerlost: the server's log $(awk -v a=$t0 -v b=$(date +%s.%N) 'BEGIN{printf "%.2f", b-a}') s after the kill:"
+  tail -3 "$OUT/logs/trainerlost-serve.log" | cut -c1-400
+  SP=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$OUT/logs/trainerlost-serve.log" | grep -o '[0-9]*$')
+  kill -0 $SERVE 2>/dev/null && echo "server alive; /health: $(curl -s --max-time 5 http://127.0.0.1:$SP/health)" || echo "server exited"
+  kill $SERVE 2>/dev/null; wait $SERVE 2>/dev/null
+fi
+python3 - "$PRESET" "$W" <<'PY'
+import datetime, json, os, subprocess, sys
+preset, w = sys.argv[1], sys.argv[2]
+def vals(run):
+    p = f"{w}/{run}/metrics.jsonl"
+    return sorted(json.loads(l)["time/bridge"] for l in open(p) if "time/bridge" in l) if os.path.exists(p) else []
+m = {}
+for run, target in (("sync", 0.020), ("lora", 0.001)):
+    v = vals(run)
+    if v:
+        m[run] = {"n": len(v), "median_s": v[len(v) // 2], "min_s": v[0], "max_s": v[-1], "target_s": target,
+                  "median_within_target": v[len(v) // 2] <= target}
+dev = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+if m:
+    json.dump({"bench": "bridge_nccl_sync", "date": datetime.date.today().isoformat(), "device": dev.replace("\n", " + "),
+               "command": "bash tools/device/nccl_bridge_run.sh", "config": {"preset": preset, "server": "idle"},
+               "metrics": m}, open(f"bench/results/bridge_nccl_sync-{preset}.json", "w"), indent=2)
+    print(json.dumps(m, indent=2))
+PY
+tar czf "$OUT/bridge_logs.tgz" -C "$OUT" logs
