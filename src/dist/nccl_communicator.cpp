@@ -41,7 +41,11 @@ class NcclCommunicator final : public Communicator {
     GRPO_CHECK(cudaStreamCreateWithFlags(&host_stream_, cudaStreamNonBlocking) == cudaSuccess);
   }
   ~NcclCommunicator() override {
-    if (comm_) ncclCommDestroy(comm_);
+    // Abort, not destroy: ncclCommDestroy finalizes with the peers and blocked the
+    // trainer's exit for as long as a `grpo serve --receive` kept its end of the
+    // weight bridge open (two-GPU run). By now every collective has completed or
+    // failed, so aborting loses nothing.
+    if (comm_) ncclCommAbort(comm_);
     if (host_buf_) cudaFree(host_buf_);
     cudaStreamDestroy(host_stream_);
   }

@@ -10,13 +10,17 @@ import os
 import subprocess
 import sys
 
-# Step 1 of the equality runs: same rollouts (same engine batches), so the loss and
-# grad norm differ only by the grouping of the f32 gradient sum (micro-batches per
-# rank, then the all-reduce). Later steps start from weights rounded to bf16 after
-# updates that differ in the last f32 bits, so an early sampled token can flip and a
-# whole completion change: they are compared with a looser, statistical tolerance.
+# Step 1 of the equality runs: same rollouts (same engine batches), so rewards and
+# loss must be equal and the grad norm may differ only by the grouping of the
+# gradient sums (each rank's micro-batches, then the all-reduce): TOL_STEP1 relative.
+# Later steps start from weights that differ in the last bits (the step-1 gradients
+# did), so sampled tokens flip and completions diverge: those steps are different
+# samples of the same distribution: their mean rewards must agree within 4 standard
+# errors of a difference of two means of N_SAMPLES completions (from the one-GPU
+# step's reward/std), and their grad norms within the one-GPU run's own spread over
+# its steps (max - min).
 TOL_STEP1 = 1e-3
-TOL_LATER = 0.05
+N_SAMPLES = 16 * 8
 
 
 def metrics(out, name):
@@ -64,8 +68,8 @@ def compare(ref, other, keys):
 
 def main():
     out, presets, parts = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
-    dev = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                         text=True).stdout.strip().replace("\n", " + ")
+    dev = os.environ.get("DEVICE") or subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                                                     capture_output=True, text=True).stdout.strip().replace("\n", " + ")
     today = datetime.date.today().isoformat()
     ok_all = True
     keys = ["reward/mean", "loss", "grad_norm", "entropy", "completion/mean_length"]
@@ -83,15 +87,22 @@ def main():
                 cmp = compare(one, two, keys)
                 s1 = cmp[0]
                 ok1 = all(s1[k]["rel_diff"] <= TOL_STEP1 for k in ("loss", "grad_norm", "reward/mean") if k in s1)
-                okl = all(s[k]["rel_diff"] <= TOL_LATER for s in cmp[1:] for k in ("grad_norm", "reward/mean") if k in s)
-                res["metrics"][f"equal_{launch}"] = {"steps": cmp, "tol_step1": TOL_STEP1, "tol_later": TOL_LATER,
-                                                     "step1_ok": ok1, "later_ok": okl}
+                spread = max(r["grad_norm"] for r in one) - min(r["grad_norm"] for r in one)
+                okl = True
+                for s, r in zip(cmp[1:], one[1:]):
+                    tol_r = 4 * (2 ** 0.5) * r["reward/std"] / N_SAMPLES ** 0.5
+                    s["tol_abs"] = {"reward/mean": tol_r, "grad_norm": spread}
+                    okl &= abs(s["reward/mean"]["one_gpu"] - s["reward/mean"]["two_gpu"]) <= tol_r
+                    okl &= abs(s["grad_norm"]["one_gpu"] - s["grad_norm"]["two_gpu"]) <= spread
+                res["metrics"][f"equal_{launch}"] = {"steps": cmp, "tol_step1_rel": TOL_STEP1, "step1_ok": ok1,
+                                                     "later_ok": okl}
                 print(f"{preset} one GPU vs two ({launch}), B = 16:")
                 for s in cmp:
                     print("  step %d: " % s["step"] + ", ".join(
                         f"{k} {s[k]['one_gpu']:.6g} / {s[k]['two_gpu']:.6g} (rel {s[k]['rel_diff']:.2e})"
                         for k in ("reward/mean", "loss", "grad_norm") if k in s))
-                print(f"  step 1 within {TOL_STEP1}: {ok1}; later steps within {TOL_LATER}: {okl}")
+                print(f"  step 1 within {TOL_STEP1} relative: {ok1}; later steps: mean reward within 4 standard "
+                      f"errors, grad norm within the one-GPU spread over steps ({spread:.4f}): {okl}")
                 ok_all &= ok1 and okl
         runs = {"one_gpu_b8": [f"{preset}-1gpu-b8", f"{preset}-1gpu-b8-again"],
                 "two_gpu_b16": [f"{preset}-2gpu-b16"], "two_gpu_b16_zero1": [f"{preset}-2gpu-b16-zero1"]}
