@@ -66,7 +66,7 @@ Status recv_all(int fd, void* p, size_t n, double deadline) {
 }  // namespace
 
 Result<std::string> tcp_rendezvous(const std::string& addr, int port, int rank, int world, const std::string& payload,
-                                   double timeout_s, KeptLinks* keep) {
+                                   double timeout_s, KeptLinks* keep, const std::atomic<bool>* cancel) {
   const double deadline = now_seconds() + timeout_s;
   const std::string where = addr + ":" + std::to_string(port);
   if (rank == 0) {
@@ -84,9 +84,11 @@ Result<std::string> tcp_rendezvous(const std::string& addr, int port, int rank, 
     if (::listen(s.fd, world) != 0) return error_status(std::string("rendezvous listen: ") + std::strerror(errno));
     const uint32_t len = uint32_t(payload.size());
     for (int got = 1; got < world;) {
+      if (cancel && cancel->load()) return error_status("rendezvous at " + where + ": cancelled");
       pollfd pf{s.fd, POLLIN, 0};
-      const int left_ms = int(std::max(0.0, deadline - now_seconds()) * 1000);
-      const int pr = ::poll(&pf, 1, left_ms);
+      const double left_s = std::max(0.0, deadline - now_seconds());
+      const int pr = ::poll(&pf, 1, int(std::min(left_s, cancel ? 0.2 : 3600.0) * 1000));
+      if (pr == 0 && now_seconds() < deadline) continue;
       if (pr == 0)
         return error_status("rendezvous: only " + std::to_string(got) + " of " + std::to_string(world) +
                             " ranks reached " + where + " within " + std::to_string(int(timeout_s)) +

@@ -8,6 +8,7 @@
 //            MASTER_ADDR / MASTER_PORT; CUDA ranks only (NCCL, id handed out
 //            by rank 0 over a TCP rendezvous); CPU ranks must use mpirun.
 #pragma once
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,8 +59,9 @@ struct KeptLinks {
 // the world-1 other ranks, which connect (retrying until timeout_s) and
 // return it. Rank 0 returns its own payload. With `keep` (on every rank or on
 // none) each rank answers with its rank number and the connections stay open,
-// handed over in *keep.
+// handed over in *keep. Rank 0 gives up with an error soon after *cancel turns true.
 Result<std::string> tcp_rendezvous(const std::string& addr, int port, int rank, int world, const std::string& payload,
-                                   double timeout_s, KeptLinks* keep = nullptr);
+                                   double timeout_s, KeptLinks* keep = nullptr,
+                                   const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace grpo

@@ -1,6 +1,8 @@
 // NCCL weight bridge: transfer plan, handshake, sender and receiver (see weight_broadcast.h).
 #include "dist/weight_broadcast.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -171,6 +173,49 @@ Result<std::unique_ptr<Communicator>> bridge_connect_server(const std::string& a
   (void)addr, (void)port, (void)rank, (void)timeout_s;
   return error_status("--receive: the NCCL weight bridge needs a CUDA build (NCCL between GPUs); on the CPU follow "
                       "the run with --watch RUN_DIR");
+#endif
+}
+
+BridgeRejoin::BridgeRejoin(std::string host, int port, int n_servers, double timeout_s)
+    : host_(std::move(host)), port_(port), n_servers_(n_servers), timeout_s_(timeout_s) {
+  thread_ = std::thread([this] {
+#ifdef GRPO_HAVE_CUDA
+    auto id = nccl_make_id();
+    if (!id.ok()) {
+      status_ = id.status();
+    } else {
+      id_ = id.value();
+      const int world = 1 + n_servers_;
+      std::string payload(reinterpret_cast<const char*>(&world), sizeof world);
+      payload += id_;
+      // No deadline of its own: servers may come back at any time during the run.
+      status_ = tcp_rendezvous(host_, port_, 0, world, payload, 1e9, &links_, &cancel_).status();
+    }
+#else
+    status_ = error_status("the NCCL weight bridge needs a CUDA build");
+#endif
+    ready_ = true;
+  });
+}
+
+BridgeRejoin::~BridgeRejoin() {
+  cancel_ = true;
+  if (thread_.joinable()) thread_.join();
+  for (int fd : links_.fds) ::close(fd);  // not taken: the servers read the trainer as gone
+}
+
+Result<std::unique_ptr<Communicator>> BridgeRejoin::take() {
+  GRPO_CHECK(ready_.load());
+  if (thread_.joinable()) thread_.join();
+  if (!status_.ok()) return status_.with_context("weight bridge: waiting for servers to rejoin");
+#ifdef GRPO_HAVE_CUDA
+  std::vector<std::string> names;
+  for (int r : links_.ranks) names.push_back("grpo serve --receive-rank " + std::to_string(r));
+  auto watch = std::make_unique<PeerWatch>(true, std::move(links_.fds), std::move(names));
+  links_ = {};
+  return communicator_nccl_create(id_, 0, 1 + n_servers_, timeout_s_, std::move(watch));
+#else
+  return error_status("the NCCL weight bridge needs a CUDA build");
 #endif
 }
 

@@ -21,13 +21,16 @@
 // the version and bucket. on_failure = "error" returns it (the trainer stops);
 // "continue" logs it once, marks the bridge down and lets training go on.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/context.h"
 #include "core/status.h"
+#include "dist/bootstrap.h"
 #include "dist/communicator.h"
 #include "model/lora.h"
 #include "model/weights.h"
@@ -84,6 +87,34 @@ Result<std::unique_ptr<Communicator>> bridge_connect_trainer(const std::string& 
                                                              double timeout_s);
 Result<std::unique_ptr<Communicator>> bridge_connect_server(const std::string& addr, int port, int rank,
                                                             double timeout_s);
+// After the bridge went down (on_failure = "continue"): listens at the bridge's
+// address again so that restarted servers (the same `grpo serve --receive`
+// command) can rejoin. A thread waits until all n_servers have connected; then
+// take() builds the new communicator, on which the caller makes a new
+// WeightBroadcaster, handshakes and publishes the current version. CUDA builds
+// only (else take() returns an error). The destructor cancels a wait in progress.
+class BridgeRejoin {
+ public:
+  BridgeRejoin(std::string host, int port, int n_servers, double timeout_s);
+  ~BridgeRejoin();
+  BridgeRejoin(const BridgeRejoin&) = delete;
+  BridgeRejoin& operator=(const BridgeRejoin&) = delete;
+  // Every server has connected, or the wait failed (take() then returns why).
+  bool ready() const { return ready_.load(); }
+  // Precondition: ready(). Blocks in NCCL's set-up until the servers have joined.
+  Result<std::unique_ptr<Communicator>> take();
+
+ private:
+  std::string host_;
+  int port_, n_servers_;
+  double timeout_s_;
+  std::atomic<bool> cancel_{false}, ready_{false};
+  Status status_;
+  std::string id_;
+  KeptLinks links_;
+  std::thread thread_;
+};
+
 // "host:port" -> (host, port); the error names the flag or key `what`.
 Status bridge_parse_addr(const std::string& s, const std::string& what, std::string* host, int* port);
 

@@ -331,7 +331,7 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     }
     if (r.broadcaster) {
       const double t_bridge = now_seconds();
-      GRPO_TRY(r.broadcaster->publish(*r.ctx, st.step + 1).with_context("after train step " + std::to_string(st.step + 1)));
+      GRPO_TRY(loop_bridge_publish(r, st.step + 1));
       rec.emplace_back("time/bridge", now_seconds() - t_bridge);
     }
     rec = concat(std::move(rec), tm.value());

@@ -149,7 +149,7 @@ Result<bool> remote_train_loop(LoopRun& r, const TrainLoopOptions& opt, Trajecto
     ++steps_this_run;
     if (svc) svc->set_policy_version(st.step);
     if (r.ipc) r.ipc->publish(st.step);  // after r.ctx->synchronize(): the new weights are complete
-    if (r.broadcaster) GRPO_TRY(r.broadcaster->publish(*r.ctx, st.step).with_context("after train step " + std::to_string(st.step)));
+    if (r.broadcaster) GRPO_TRY(loop_bridge_publish(r, st.step));
     const GrpoMetrics& g = step.value().metrics;
     MetricList rec = rb.metrics;
     rec.emplace_back("loss", g.loss);

@@ -494,4 +494,40 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   return run;
 }
 
+Status loop_bridge_publish(LoopRun& r, int64_t version) {
+  GRPO_TRY(r.broadcaster->publish(*r.ctx, version).with_context("after train step " + std::to_string(version)));
+  if (!r.broadcaster->stats().down) return ok_status();
+  const ServerSection& sv = r.cfg.server;
+  if (!r.rejoin) {
+    std::string host;
+    int port = 0;
+    GRPO_TRY(bridge_parse_addr(sv.bridge_addr, "server.bridge_addr", &host, &port));
+    GRPO_LOG_WARN("weight bridge: waiting at %s for %lld restarted grpo serve --receive to rejoin", sv.bridge_addr.c_str(),
+                  (long long)sv.bridge_servers);
+    r.rejoin = std::make_unique<BridgeRejoin>(host, port, int(sv.bridge_servers), sv.bridge_timeout_s);
+    return ok_status();
+  }
+  if (!r.rejoin->ready()) return ok_status();
+  auto comm = r.rejoin->take();
+  r.rejoin.reset();  // a failed attempt starts over at the next step
+  if (!comm.ok()) {
+    GRPO_LOG_WARN("%s", comm.status().message().c_str());
+    return ok_status();
+  }
+  // The new broadcaster replaces the old one before the old communicator goes.
+  Tensor arena = r.trainer.lora ? r.trainer.lora->arena : r.weights->arena;
+  BroadcastOptions bo;
+  bo.bucket_bytes = sv.bridge_bucket_mib << 20;
+  bo.on_failure = sv.bridge_on_failure;
+  auto b = std::make_unique<WeightBroadcaster>(*comm.value(), arena, r.broadcaster->plan(), bo);
+  r.broadcaster = std::move(b);
+  r.bridge_comm = std::move(comm).value();
+  GRPO_TRY(r.broadcaster->handshake());
+  GRPO_TRY(r.broadcaster->publish(*r.ctx, version));
+  if (!r.broadcaster->stats().down)
+    GRPO_LOG_INFO("weight bridge: %lld server(s) rejoined at version %lld", (long long)sv.bridge_servers,
+                  (long long)version);
+  return ok_status();
+}
+
 }  // namespace grpo

@@ -33,6 +33,7 @@ struct LoopRun {
   std::unique_ptr<IpcExporter> ipc;       // server.bridge = "ipc" (rank 0): published after each optimizer step
   std::unique_ptr<Communicator> bridge_comm;      // server.bridge = "nccl" (rank 0): trainer + servers
   std::unique_ptr<WeightBroadcaster> broadcaster;  // sends after each optimizer step
+  std::unique_ptr<BridgeRejoin> rejoin;            // the bridge is down (on_failure = "continue"): servers may come back
   std::unique_ptr<Tokenizer> tok;
   std::unique_ptr<Environment> env;
   std::unique_ptr<RewardComposer> rewards;
@@ -71,6 +72,12 @@ void loop_setup_data_parallel(LoopRun& r, Communicator& comm, DataParallel& dp, 
 // (raw at temperature 1, else processed). Evals (eval = true): one sample, greedy unless
 // eval.greedy = false, eval.max_new_tokens or else [rollout]'s, [rollout]'s stop strings.
 // Validated against vocab_size; errors name the section.
+// The NCCL weight bridge after optimizer step `version` (rank 0, r.broadcaster set):
+// sends the weights; once the bridge is down (server.bridge_on_failure =
+// "continue") listens for restarted servers instead and, when all have connected,
+// rebuilds the bridge and sends them this version.
+Status loop_bridge_publish(LoopRun& r, int64_t version);
+
 Result<SamplingParams> loop_sampling_params(const RunConfig& cfg, bool eval, int vocab_size);
 
 // Curves of the end-of-run plot present in the history, in a fixed order.

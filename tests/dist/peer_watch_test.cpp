@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <thread>
@@ -137,4 +138,20 @@ TEST(PeerWatch, RendezvousKeepsItsConnectionsWithTheirRanks) {
   }  // rank 2's links close without a goodbye
   EXPECT_NE(wait_lost(hub, 2.0).find("rank 2 ended without finishing"), std::string::npos);
   EXPECT_NE(wait_lost(w1, 2.0).find("rank 0 closed"), std::string::npos);
+}
+
+TEST(PeerWatch, ARendezvousWaitingForRejoinsCanBeCancelled) {
+  // The trainer's wait for restarted bridge servers (BridgeRejoin) has no deadline of its own.
+  std::atomic<bool> cancel{false};
+  const double t0 = now_seconds();
+  std::thread stop([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    cancel = true;
+  });
+  KeptLinks k;
+  auto r = tcp_rendezvous("127.0.0.1", free_port(), 0, 2, "id", 1e9, &k, &cancel);
+  stop.join();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("cancelled"), std::string::npos) << r.status().message();
+  EXPECT_LT(now_seconds() - t0, 2.0);
 }

@@ -12,7 +12,9 @@
 #             same shape made by a one-step LoRA run.
 #   lost    : the server is killed (SIGKILL) mid-run: with server.bridge_on_failure =
 #             "error" the trainer must stop with an error naming the server within
-#             seconds; with "continue" it must log the loss once and finish its steps.
+#             seconds; with "continue" it must log the loss once and train on, and the
+#             same server command started again must rejoin and serve the trainer's
+#             current version (GET /health) until the run ends.
 #   trainerlost: the trainer is killed mid-run: the server must notice within seconds
 #             (its log) and keep serving the last version it received (GET /health).
 # Writes bench/results/bridge_nccl_sync-<preset>.json.
@@ -57,11 +59,34 @@ PY
 }
 RES="{}"
 if has sync; then
-  start_pair sync "" --set train.steps=$STEPS
+  start_pair sync "" --set train.steps=$STEPS --set checkpoint.save_final=true
   wait $TRAIN; echo "sync: trainer rc=$?"; sleep 1
   echo "sync: trainer time/bridge (full bf16 weights) $(metric_med $W/sync time/bridge)"
   grep -m3 -i "bridge\|receiv" "$OUT/logs/sync-train.log" | cut -c1-300
   grep -i "version\|receiv" "$OUT/logs/sync-serve.log" | tail -3 | cut -c1-300
+  # Exactness after the last sync: the server's greedy tokens and logprobs against the
+  # trainer's final checkpoint served by `grpo generate` on GPU 0 (batch of one on both).
+  SP=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$OUT/logs/sync-serve.log" | grep -o '[0-9]*$')
+  CK=$(ls -d $W/sync/checkpoint-* | sort -t- -k2 -n | tail -1)
+  PROMPT="Problem: Tom has 3 apples and buys 4 more. How many apples does he have?"
+  curl -s --max-time 30 http://127.0.0.1:$SP/v1/completions -H 'Content-Type: application/json' \
+    -d "{\"prompt\": \"$PROMPT\", \"max_tokens\": 32, \"temperature\": 0, \"ignore_eos\": true, \"logprobs\": 0, \"return_token_ids\": true}" \
+    > "$OUT/logs/sync-server-answer.json"
+  CUDA_VISIBLE_DEVICES=0 $B/grpo generate --model $CK --device cuda --prompt "$PROMPT" --temperature 0 --max-tokens 32 \
+    --ignore-eos --logprobs --kv-cache-mib 1024 > "$OUT/logs/sync-generate.txt" 2>&1
+  python3 - "$OUT/logs/sync-server-answer.json" "$OUT/logs/sync-generate.txt" "$CK" <<'PY'
+import json, re, sys
+j = json.load(open(sys.argv[1]))
+c = j["choices"][0]
+ids_s, lp_s = c.get("token_ids"), c["logprobs"]["token_logprobs"]
+rows = re.findall(r"\[(\d+)\] id (-?\d+) logprob (-?[\d.]+)", open(sys.argv[2]).read())
+ids_g, lp_g = [int(r[1]) for r in rows], [float(r[2]) for r in rows]
+same_ids = ids_s == ids_g
+max_d = max((abs(a - b) for a, b in zip(lp_s, lp_g)), default=None)
+print(f"sync: server at policy version {j.get('policy_version')} vs grpo generate on {sys.argv[3]}: "
+      f"token ids {'identical' if same_ids else 'DIFFER'} ({len(ids_s or [])} / {len(ids_g)}), "
+      f"max |logprob difference| {max_d} (generate prints 6 decimals)")
+PY
   kill $SERVE 2>/dev/null; wait $SERVE 2>/dev/null
   cp $W/sync/metrics.jsonl "$OUT/sync.metrics.jsonl"
 fi
@@ -80,7 +105,7 @@ if has lora; then
 fi
 if has lost; then
   for mode in error continue; do
-    start_pair lost-$mode "" --set train.steps=14 --set server.bridge_on_failure=$mode --set server.bridge_timeout_s=120
+    start_pair lost-$mode "" --set train.steps=24 --set server.bridge_on_failure=$mode --set server.bridge_timeout_s=120
     for _ in $(seq 1 600); do grep -q '"step": 3' $W/lost-$mode/metrics.jsonl 2>/dev/null && break; sleep 0.1; done
     t0=$(date +%s.%N); kill -9 $SERVE; wait $SERVE 2>/dev/null
     if [ $mode = error ]; then
@@ -88,7 +113,19 @@ if has lost; then
       echo "lost-error: trainer ended $(awk -v a=$t0 -v b=$(date +%s.%N) 'BEGIN{printf "%.2f", b-a}') s after the server was killed"
       kill -9 $TRAIN 2>/dev/null; wait $TRAIN; echo "lost-error: trainer rc=$?"
     else
+      # The same server command again: it must rejoin and get the trainer's current version.
+      sleep 2
+      CUDA_VISIBLE_DEVICES=1 $B/grpo serve --model $MODEL --device cuda --port 0 --kv-cache-mib 4096 \
+        --receive 127.0.0.1:$PORT > "$OUT/logs/lost-continue-serve2.log" 2>&1 &
+      SERVE=$!
+      for _ in $(seq 1 300); do grep -q "rejoined" "$OUT/logs/lost-continue-train.log" && break; sleep 0.1; done
+      grep -m1 "rejoined" "$OUT/logs/lost-continue-train.log" | cut -c1-300
+      SP=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$OUT/logs/lost-continue-serve2.log" | grep -o '[0-9]*$')
+      echo "lost-continue: restarted server /health: $(curl -s --max-time 5 http://127.0.0.1:$SP/health)"
       wait $TRAIN; echo "lost-continue: trainer rc=$? after $(grep -c time/step $W/lost-$mode/metrics.jsonl) steps"
+      sleep 1; echo "lost-continue: restarted server after the run: $(curl -s --max-time 5 http://127.0.0.1:$SP/health)"
+      grep "receive" "$OUT/logs/lost-continue-serve2.log" | tail -2 | cut -c1-300
+      kill $SERVE 2>/dev/null; wait $SERVE 2>/dev/null
     fi
     grep -i "error\|bridge" "$OUT/logs/lost-$mode-train.log" | tail -3 | cut -c1-400
   done
