@@ -24,18 +24,14 @@
 # PRESETS (default "qwen2.5-0.5b qwen2.5-1.5b"), STEPS (default 4), KV_MIB (default 8192).
 # Writes bench/results/dp2-<preset>.json and bench/results/dp2_fault-qwen2.5-0.5b.json.
 set -uo pipefail
-B=${BUILD:-build-static}
-[ -f .carry/bin.tar.xz ] && [ ! -x "$B/grpo" ] && tar xJf .carry/bin.tar.xz
+source tools/device/lib.sh
 PRESETS=${PRESETS:-"qwen2.5-0.5b qwen2.5-1.5b"}
 PARTS=${PARTS:-"equal env scale kill killenv"}
 STEPS=${STEPS:-4}
 KV_MIB=${KV_MIB:-8192}
 OUT=${OUT:-/tmp/dp_run}
-TOK=.carry/shared/tokenizers/qwen2
-[ -d "$TOK" ] || TOK=../shared/data/tokenizers/qwen2
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 W=runs/dp2
-mkdir -p bench/results "$OUT/logs" "$W" runs/models
+mkdir -p "$OUT/logs" "$W"
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
 nvidia-smi topo -m 2>/dev/null | head -4
 command -v mpirun >/dev/null || { echo "no mpirun on this machine"; exit 1; }
@@ -73,12 +69,9 @@ train() {
 }
 
 for PRESET in $PRESETS; do
-  MODEL=runs/models/bench-$PRESET
-  [ -f $MODEL/config.json ] || $B/grpo init-model --preset $PRESET --out $MODEL --dtype bf16 --seed 1 --tokenizer-dir $TOK \
-    > "$OUT/logs/init-$PRESET.log" 2>&1 || { cat "$OUT/logs/init-$PRESET.log"; exit 1; }
+  bench_model $PRESET "$OUT/logs/init-$PRESET.log"
   CFG=$W/bench-$PRESET.toml
-  sed "s#runs/models/bench-qwen2.5-0.5b#$MODEL#; s#runs/bench-qwen2.5-0.5b#$W/default-$PRESET#" \
-    examples/bench-qwen2.5-0.5b.toml > $CFG
+  bench_config $PRESET $CFG $W/default-$PRESET
   cat >> $CFG <<EOF
 
 [[reward]]

@@ -19,22 +19,17 @@
 #             (its log) and keep serving the last version it received (GET /health).
 # Writes bench/results/bridge_nccl_sync-<preset>.json.
 set -uo pipefail
-B=${BUILD:-build-static}
-[ -f .carry/bin.tar.xz ] && [ ! -x "$B/grpo" ] && tar xJf .carry/bin.tar.xz
+source tools/device/lib.sh
 PRESET=${PRESET:-qwen2.5-0.5b}
 PARTS=${PARTS:-"sync lora lost trainerlost"}
 STEPS=${STEPS:-12}
 OUT=${OUT:-/tmp/nccl_bridge}
-TOK=.carry/shared/tokenizers/qwen2
-[ -d "$TOK" ] || TOK=../shared/data/tokenizers/qwen2
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 W=runs/nccl_bridge
-mkdir -p bench/results "$OUT/logs" $W runs/models
+mkdir -p "$OUT/logs" $W
 MODEL=runs/models/bench-$PRESET
-[ -f $MODEL/config.json ] || $B/grpo init-model --preset $PRESET --out $MODEL --dtype bf16 --seed 1 --tokenizer-dir $TOK \
-  > "$OUT/logs/init.log" 2>&1 || { cat "$OUT/logs/init.log"; exit 1; }
+bench_model $PRESET "$OUT/logs/init.log"
 CFG=$W/bench.toml
-sed "s#runs/models/bench-qwen2.5-0.5b#$MODEL#; s#runs/bench-qwen2.5-0.5b#$W/default#" examples/bench-qwen2.5-0.5b.toml > $CFG
+bench_config $PRESET $CFG $W/default
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 PORT=29660
 # start_pair NAME SERVER_EXTRA TRAIN_EXTRA...: trainer on GPU 0, server on GPU 1.
