@@ -25,6 +25,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "server/http_server.h"
+#include "server/rollout_client.h"
 #include "server/trajectory_client.h"
 #include "train/grpo_loop.h"
 
@@ -173,6 +174,14 @@ grpo::cli::CommandRegistrar reg("train", "Train a model with GRPO from a TOML ru
     o.make_trajectory_source = [](const grpo::RunConfig& c) {
       std::signal(SIGPIPE, SIG_IGN);
       return grpo::trajectory_source_make(c.remote, c.rollout.prompts_per_step * c.rollout.num_generations);
+    };
+    o.make_rollout_server = [](const grpo::RolloutSection& ro) {
+      std::signal(SIGPIPE, SIG_IGN);  // a server that dies mid-request is a failed request, not a dead trainer
+      grpo::RolloutClientOptions co;
+      co.url = ro.server_url;
+      co.timeout_s = ro.server_timeout_s;
+      co.max_concurrency = int(ro.server_max_concurrency);
+      return grpo::rollout_client_make(co);
     };
     const double t0 = grpo::now_seconds();
     auto r = grpo::grpo_train(cfg.value(), o);

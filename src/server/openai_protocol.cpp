@@ -165,6 +165,15 @@ Err parse_sampling(const json& j, const ApiLimits& lim, int default_max_tokens, 
     if (auto e = check_ids(*it, "stop_token_ids", lim, p.stop_token_ids)) return e;
   }
   if (auto e = get_bool(j, "ignore_eos", p.ignore_eos)) return e;
+  // grpo.cpp extension (vLLM sets this per server, --logprobs-mode): which distribution the
+  // reported logprobs come from. The GRPO loop asks for "processed" when it samples at T != 1.
+  if (auto it = j.find("logprobs_mode"); it != j.end() && !it->is_null()) {
+    const std::string v = it->is_string() ? it->get<std::string>() : std::string();
+    if (v == "raw" || v == "raw_logprobs") p.logprobs_mode = LogprobsMode::raw;
+    else if (v == "processed" || v == "processed_logprobs") p.logprobs_mode = LogprobsMode::processed;
+    else return bad("logprobs_mode", "'logprobs_mode' must be \"raw\" (log_softmax of the logits, the default) or "
+                                     "\"processed\" (the distribution sampled from)");
+  }
   if (auto e = get_bool(j, "return_token_ids", out.return_token_ids)) return e;
   if (auto e = get_int(j, max_tokens_key, 1, lim.max_tokens_limit, i)) {
     if (e->message.find("must be in") != std::string::npos)

@@ -18,6 +18,7 @@
 #include "train/metrics_jsonl.h"
 #include "train/metrics_progress.h"
 #include "train/plot.h"
+#include "train/rollout_server.h"
 #include "train/run_dir.h"
 #include "train/tensorboard.h"
 
@@ -109,6 +110,16 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     return error_status("rollout.prompts_per_step = " + std::to_string(cfg_in.rollout.prompts_per_step) +
                         " does not split over " + std::to_string(n_ranks) +
                         " ranks: it is the global batch; make it a multiple of the number of ranks");
+  // rollout.server_url: the server must answer before anything else starts (no run directory,
+  // no model load for a run that cannot sample).
+  std::unique_ptr<RolloutServer> rollout_server;
+  if (!cfg_in.rollout.server_url.empty()) {
+    if (!opt.make_rollout_server)
+      return error_status("rollout.server_url = \"" + cfg_in.rollout.server_url +
+                          "\", but this program has no HTTP client for it; run it with `grpo train`");
+    GRPO_ASSIGN_OR_RETURN(rollout_server, opt.make_rollout_server(cfg_in.rollout));
+    GRPO_TRY(rollout_server->health().status());
+  }
   const std::string out_dir = opt.out_dir.empty() ? cfg_in.run.output_dir : opt.out_dir;
   std::optional<RunDirLock> lock;
   if (lead) {
@@ -121,6 +132,9 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
   const RunConfig& cfg = r.cfg;
   TrainerState& st = r.state;
   std::FILE* con = opt.console;
+  r.rollout_cfg.server = rollout_server.get();
+  if (rollout_server && con)
+    std::fprintf(con, "grpo train: rollouts from %s (evals on the in-process engine)\n", rollout_server->url().c_str());
 
   // [server]: outside requests share the engine through the service, which runs only
   // while the loop generates; weights change while it is paused (drained), so every
@@ -251,8 +265,9 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
   }
   const int64_t mu = cfg.train.num_iterations, spg = cfg.train.steps_per_generation;
   if (cfg.async.max_staleness > 0 && !remote) async = std::make_unique<AsyncRollouts>(r);
-  // Asynchronous batches arrive with the old logprobs of the version that sampled them.
-  const bool use_old = mu > 1 || spg > 1 || async;
+  // Asynchronous batches of the engine arrive with the old logprobs of the version that sampled
+  // them; those of a server without (train/loop_async.h).
+  const bool use_old = mu > 1 || spg > 1 || (async && !rollout_server);
   std::optional<RolloutBatch> batch;
   int64_t batch_pos = 0;  // optimizer steps taken on `batch`
   bool ckpt_due = false;
@@ -292,11 +307,13 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
         const std::vector<int> all = curriculum_group_sizes(*r.curriculum, global);
         gs.assign(all.begin() + long(mine_begin), all.begin() + long(mine_end));
       }
-      auto b = rollout_generate(*r.engine, *r.env, *r.rewards, std::move(prompts), r.rollout_cfg, st.generation,
-                                svc.get(), gs);
+      RolloutConfig rc = r.rollout_cfg;
+      rc.server_min_version = rollout_server ? loop_server_min_version(r, st.step) : -1;
+      auto b = rollout_generate(*r.engine, *r.env, *r.rewards, std::move(prompts), rc, st.generation, svc.get(), gs);
       if (!b.ok()) return b.status().with_context("rollout of generation " + std::to_string(st.generation));
       ++st.generation;
       batch = std::move(b).value();
+      if (rollout_server) loop_note_server_version(r, batch->policy_version, st.step);
       batch_pos = 0;
       if (r.curriculum)
         batch->metrics = concat(std::move(batch->metrics), curriculum_after_rollout(*r.curriculum, global, *batch));

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "core/log.h"
 #include "core/timer.h"
 #include "train/loop_setup.h"
 
@@ -17,7 +18,8 @@ Status async_check_config(const RunConfig& cfg, int n_ranks) {
                             "train.steps_per_generation = 1); set those, or async.max_staleness = 0");
   if (n_ranks > 1)
     return error_status(k + ": asynchronous rollouts run on one rank; set async.max_staleness = 0 for data-parallel runs");
-  if (cfg.lora.enabled)
+  const bool server = !cfg.rollout.server_url.empty();
+  if (cfg.lora.enabled && !server)
     return error_status(k + ": the engine's weight snapshot does not cover LoRA adapters; set async.max_staleness = 0 "
                             "with [lora]");
   if (cfg.server.enabled)
@@ -29,11 +31,16 @@ Status async_check_config(const RunConfig& cfg, int n_ranks) {
   if (cfg.data.env == EnvKind::remote)
     return error_status(k + ": data.env = \"remote\" gets its groups from outside environments (see "
                             "remote.max_staleness); set async.max_staleness = 0");
+  if (server && cfg.train.importance_sampling == IsMode::none)
+    GRPO_LOG_WARN("%s with rollout.server_url: the trainer learns from samples of the previous policy version and "
+                  "nothing corrects for it; train.importance_sampling = \"token_truncate\" is recommended "
+                  "(docs/async.md)", k.c_str());
   return ok_status();
 }
 
-AsyncRollouts::AsyncRollouts(LoopRun& r) : r_(r), k_(r.cfg.async.max_staleness) {
-  GRPO_CHECK(k_ > 0 && r_.snapshot && r_.engine_ctx);
+AsyncRollouts::AsyncRollouts(LoopRun& r)
+    : r_(r), k_(r.cfg.async.max_staleness), server_(r.rollout_cfg.server != nullptr) {
+  GRPO_CHECK(k_ > 0 && (server_ || (r_.snapshot && r_.engine_ctx)));
 }
 
 AsyncRollouts::~AsyncRollouts() {
@@ -41,6 +48,10 @@ AsyncRollouts::~AsyncRollouts() {
 }
 
 Status AsyncRollouts::refresh_snapshot(int64_t version) {
+  if (server_) {  // the server's weights move through the bridge, after the join
+    version_ = version;
+    return ok_status();
+  }
   // The trainer's context is synchronised after every step and tensor_copy orders
   // itself against every stream, so the engine's next kernels see the new weights.
   r_.ctx->synchronize();
@@ -62,9 +73,19 @@ Result<AsyncRollouts::Queued> AsyncRollouts::produce() {
     if (!p.ok()) return p.status();
     prompts.push_back(std::move(p).value());
   }
-  auto b = rollout_generate(*r.engine, *r.env, *r.rewards, std::move(prompts), r.rollout_cfg, q.generation);
+  RolloutConfig rc = r.rollout_cfg;
+  rc.server_min_version = server_ ? loop_server_min_version(r, version_) : -1;
+  auto b = rollout_generate(*r.engine, *r.env, *r.rewards, std::move(prompts), rc, q.generation);
   if (!b.ok()) return b.status().with_context("rollout of generation " + std::to_string(q.generation));
   q.batch = std::move(b).value();
+  if (server_) {
+    // Tagged with the version the server answered from (rollout_generate). No old logprobs:
+    // the trainer's own logprobs before its step stand in for them (ratio 1), and
+    // train.importance_sampling compares those with the sampler's, which covers the lag.
+    loop_note_server_version(r, q.batch.policy_version, version_);
+    ++r.state.generation;
+    return q;
+  }
   q.batch.policy_version = version_;
   const double t0 = now_seconds();
   auto old = policy_batch_logprobs(r.trainer, *r.engine_ctx, r.engine_model, *r.snapshot, q.batch);
@@ -81,10 +102,14 @@ Status AsyncRollouts::prime() {
   GRPO_CHECK(!launched_ && queue_.empty());
   const double t0 = now_seconds();
   GRPO_TRY(refresh_snapshot(r_.state.step));
-  r_.engine_ctx->make_current();
+  if (!server_) r_.engine_ctx->make_current();
   for (int64_t j = 0; j < k_ && r_.state.generation < r_.cfg.train.steps; ++j) {
-    GRPO_ASSIGN_OR_RETURN(Queued q, produce());
-    queue_.push_back(std::move(q));
+    auto q = produce();
+    if (!q.ok()) {
+      r_.ctx->make_current();
+      return q.status();
+    }
+    queue_.push_back(std::move(q).value());
   }
   r_.ctx->make_current();
   primed_ = true;
@@ -109,7 +134,7 @@ void AsyncRollouts::launch() {
   if (r_.state.generation >= r_.cfg.train.steps) return;  // every batch the run trains on is sampled
   launched_ = true;
   worker_ = std::thread([this] {
-    r_.engine_ctx->make_current();
+    if (!server_) r_.engine_ctx->make_current();
     in_flight_ = std::make_unique<Result<Queued>>(produce());
     t_done_ = now_seconds();
   });

@@ -25,8 +25,17 @@
 // weights, exactly as a resume from it does. Resume is therefore exact, and a
 // checkpoint restarts the staleness at 0 for the next k batches.
 //
+// With rollout.server_url the separate server samples ahead instead (docs/async.md): no
+// snapshot and no engine context; the launched requests are in flight at the server while
+// the trainer steps, the weights reach the server through its bridge after the join (the
+// loop publishes them), and each batch is tagged with the version the server answered
+// from. There are no engine-side old logprobs: the trainer's logprobs before its step
+// stand in (ratio 1) and train.importance_sampling (recommended) corrects for the lag
+// against the sampler's logprobs.
+//
 // Requires train.num_iterations = 1, train.steps_per_generation = 1, one rank,
-// no [lora], no [server], no curriculum, data.env ≠ "remote" (checked at setup).
+// no [lora] (allowed with a server), no [server], no curriculum, data.env ≠ "remote"
+// (checked at setup).
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -79,6 +88,7 @@ class AsyncRollouts {
 
   LoopRun& r_;
   int64_t k_ = 0;
+  bool server_ = false;  // rollout.server_url: a server samples; no snapshot, no engine context
   int64_t version_ = 0;  // the snapshot's version
   bool primed_ = false;
   std::deque<Queued> queue_;

@@ -16,6 +16,7 @@ namespace grpo {
 
 class Communicator;
 class EngineService;
+class RolloutServer;
 class Tokenizer;
 class TrajectorySource;
 struct RolloutBatch;
@@ -40,6 +41,9 @@ struct TrainLoopOptions {
   // data.env = "remote": the source of batches of scored groups (train/loop_remote.h),
   // made by the CLI: the trajectory API hosted in this process, or a client of remote.url.
   std::function<Result<std::shared_ptr<TrajectorySource>>(const RunConfig&)> make_trajectory_source;
+  // rollout.server_url set: the client that sends each generation batch to that server
+  // (train/rollout_server.h), made by the CLI (src/server links cpp-httplib, train/ does not).
+  std::function<Result<std::unique_ptr<RolloutServer>>(const RolloutSection&)> make_rollout_server;
   // Data-parallel ranks (dist/communicator.h, docs/distributed.md); nullptr = one rank. Rank 0
   // owns the run directory (lock, metrics, checkpoints); every rank loads the same config.
   Communicator* comm = nullptr;

@@ -6,6 +6,7 @@
 
 #include "core/timer.h"
 #include "dist/communicator.h"
+#include "train/rollout_server.h"
 
 namespace grpo {
 
@@ -63,8 +64,22 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
   for (size_t k = 0; k < seeds.size(); ++k) seeds[k] = rollout_seed_for(rc.seed, generation, rc.request_offset + int64_t(k));
 
   const double t0 = now_seconds();
-  GRPO_ASSIGN_OR_RETURN(std::vector<RequestOutput> outs,
-                        engine_run_prompts(engine, b.prompts, rc.params, seeds, svc, b.group_sizes));
+  std::vector<RequestOutput> outs;
+  RemoteGeneration remote;
+  if (rc.server) {
+    std::vector<std::vector<int32_t>> ids(b.prompts.size());
+    std::vector<SamplingParams> ps(b.prompts.size(), rc.params);
+    for (size_t k = 0; k < ids.size(); ++k) {
+      ids[k] = b.prompts[k].ids;
+      ps[k].seed = seeds[k];
+      ps[k].n = b.group_sizes[k];
+    }
+    GRPO_ASSIGN_OR_RETURN(remote, rc.server->generate(ids, ps, rc.server_min_version));
+    outs = std::move(remote.outs);
+    b.policy_version = remote.policy_version_min;
+  } else {
+    GRPO_ASSIGN_OR_RETURN(outs, engine_run_prompts(engine, b.prompts, rc.params, seeds, svc, b.group_sizes));
+  }
   const double t1 = now_seconds();
 
   const size_t N = outs.size();
@@ -167,6 +182,10 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
   // Speculative decoding over the batch: accepted / proposed draft tokens (0 when nothing drafted).
   m.emplace_back("rollout/spec_accept_rate", spec_proposed > 0 ? spec_accepted / spec_proposed : 0.0);
   m.emplace_back("rollout/engine_steps_mean", engine_steps / dn);
+  if (rc.server) {
+    m.emplace_back("rollout/server_policy_version", double(remote.policy_version_min));
+    m.emplace_back("rollout/server_resent", double(remote.n_resent));
+  }
   if (tandem) {
     m.emplace_back("tandem/trained_token_frac", tandem_tokens > 0 ? tandem_trained / tandem_tokens : 0.0);
     m.emplace_back("tandem/switches_per_completion", tandem_switches / dn);

@@ -22,6 +22,7 @@
 namespace grpo {
 
 class Communicator;
+class RolloutServer;
 
 struct Completion {
   RequestOutput out;             // prompt ids, completion ids, text, logprobs, telemetry
@@ -52,7 +53,8 @@ struct RolloutBatch {
   std::vector<int> global_group_sizes;
   int64_t n_completion_tokens = 0;
   // The version of the weights (optimizer steps taken) that sampled every group of the
-  // batch; set by asynchronous rollouts (train/loop_async.h), else -1 (the current one).
+  // batch; set by asynchronous rollouts (train/loop_async.h) and by rollouts from a server
+  // (the oldest answer's policy_version), else -1 (the current one).
   int64_t policy_version = -1;
   // reward/*, accuracy, completion/*, rollout/*, time/rollout, time/reward; tandem rollouts
   // add tandem/trained_token_frac, tandem/switches_per_completion, tandem/partner_tokens
@@ -91,6 +93,12 @@ struct RolloutConfig {
   // Tandem rollouts (outputs with a model mask): each completion's loss_weights are
   // tandem_loss_weights(model mask, tandem_partner_weight).
   float tandem_partner_weight = 0.2f;
+  // rollout.server_url: the batch is sampled by this server instead of the engine
+  // (train/rollout_server.h); the batch's policy_version is then the oldest answer's and
+  // rollout/server_policy_version records it. server_min_version >= 0 (a weight bridge
+  // follows the trainer): answers from older versions are asked again.
+  RolloutServer* server = nullptr;
+  int64_t server_min_version = -1;
 };
 
 // One generation batch: samples, rewards, advantages and metrics. group_sizes,

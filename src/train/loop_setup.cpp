@@ -217,6 +217,22 @@ Result<SamplingParams> loop_sampling_params(const RunConfig& cfg, bool eval, int
   return sp;
 }
 
+int64_t loop_server_min_version(const LoopRun& r, int64_t version) {
+  if (r.cfg.server.bridge == "none") return -1;
+  if (r.broadcaster && r.broadcaster->stats().down) return -1;  // on_failure = "continue" lost the servers
+  return version;
+}
+
+void loop_note_server_version(LoopRun& r, int64_t got, int64_t version) {
+  if (r.server_lag_warned || got == version || r.cfg.server.bridge != "none") return;
+  r.server_lag_warned = true;
+  GRPO_LOG_WARN("rollout.server_url = %s answered from policy version %lld, but the trainer's weights are those of step "
+                "%lld: the server does not follow this run, so its rollouts are off-policy. Start it with grpo serve "
+                "--receive (server.bridge = \"nccl\") or --watch %s, or set train.importance_sampling "
+                "(docs/serve.md, Rollouts from a separate server)",
+                r.cfg.rollout.server_url.c_str(), (long long)got, (long long)version, r.out_dir.c_str());
+}
+
 std::vector<std::string> loop_plot_metrics(const MetricHistory& h) {
   std::vector<std::string> out;
   for (const char* n : {"reward/mean", "eval/accuracy", "eval/tandem/accuracy", "accuracy", "loss",
@@ -296,7 +312,9 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   r.resumed = !r.resumed_from.empty();
 
   GRPO_TRY(async_check_config(cfg, opt.comm ? opt.comm->size() : 1));
-  const bool async = cfg.async.max_staleness > 0;
+  // With rollout.server_url the server samples ahead; the in-process engine (evals only)
+  // needs no weight snapshot or context of its own.
+  const bool async = cfg.async.max_staleness > 0 && cfg.rollout.server_url.empty();
   GRPO_ASSIGN_OR_RETURN(ContextOptions co, context_options(cfg, opt.n_threads));
   const DType dt = cfg.model.dtype;
   ContextOptions engine_co = co;

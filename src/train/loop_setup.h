@@ -57,6 +57,9 @@ struct LoopRun {
   std::string resumed_from;
   CheckpointSaveOptions ckpt_opts;
   std::unique_ptr<ProgressBar> progress;
+  // rollout.server_url: the client (owned by grpo_train) is r.rollout_cfg.server; whether the
+  // "server does not follow the trainer" warning was given.
+  bool server_lag_warned = false;
 };
 
 Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg, const TrainLoopOptions& opt);
@@ -79,6 +82,14 @@ void loop_setup_data_parallel(LoopRun& r, Communicator& comm, DataParallel& dp, 
 Status loop_bridge_publish(LoopRun& r, int64_t version);
 
 Result<SamplingParams> loop_sampling_params(const RunConfig& cfg, bool eval, int vocab_size);
+
+// rollout.server_url: the oldest policy version the server may answer a batch launched at
+// trainer version `version` from: `version` while a weight bridge (server.bridge) follows the
+// trainer and is up, else -1 (no check).
+int64_t loop_server_min_version(const LoopRun& r, int64_t version);
+// Warns once when a server without a bridge answers from another version than `version`
+// (the weights the trainer had when it sent the batch): its rollouts are off-policy.
+void loop_note_server_version(LoopRun& r, int64_t got, int64_t version);
 
 // Curves of the end-of-run plot present in the history, in a fixed order.
 std::vector<std::string> loop_plot_metrics(const MetricHistory& h);

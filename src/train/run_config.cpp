@@ -13,6 +13,7 @@
 #include "env/arithmetic.h"
 #include "env/dataset.h"
 #include "env/gsm8k.h"
+#include "env/remote_reward.h"
 
 namespace grpo {
 
@@ -175,6 +176,37 @@ Status RunConfig::validate() const {
   for (const auto& s : r.stop) c.require(!s.empty(), "rollout.stop", s, "stop strings must not be empty");
   c.require(r.min_new_tokens >= 0 && r.min_new_tokens <= r.max_new_tokens, "rollout.min_new_tokens", r.min_new_tokens,
             "must be in 0..rollout.max_new_tokens");
+  if (!r.server_url.empty()) {
+    // The base URL only: the loop adds /health and /v1/completions itself.
+    const char* k = "rollout.server_url";
+    const std::string how = "must be the base URL of a grpo serve (or vLLM-compatible) server, http://HOST:PORT, e.g. "
+                            "\"http://127.0.0.1:8001\" (\"\" = sample with the in-process engine)";
+    auto u = http_url_parse(r.server_url);
+    c.require(u.ok(), k, r.server_url, u.ok() ? how : u.status().message() + "; " + how);
+    if (u.ok()) {
+      c.require(!u.value().https, k, r.server_url, "https is not supported for rollouts; " + how);
+      c.require(u.value().path == "/" || u.value().path.empty(), k, r.server_url,
+                "has a path ('" + u.value().path + "'); give the server's base URL without /v1 or an endpoint: " + how);
+      c.require(u.value().host.find_first_of(" \t?#@") == std::string::npos, k, r.server_url, how);
+    }
+    c.require(!tandem.enabled, k, r.server_url,
+              "rollouts from a server cannot be written in tandem (tandem.enabled = true needs the in-process engine); "
+              "set tandem.enabled = false or rollout.server_url = \"\"");
+    c.require(!engine.speculative.options().enabled(), k, r.server_url,
+              "engine.speculative configures the in-process engine, which does not sample the rollouts then; set "
+              "engine.speculative.method = \"off\"");
+    c.require(train.on_policy != OnPolicy::bitwise, k, r.server_url,
+              "train.on_policy = \"bitwise\" needs the in-process engine's trainer-kernel logprobs; set "
+              "train.on_policy = \"default\" (and train.importance_sampling) or rollout.server_url = \"\"");
+    c.require(data.env != EnvKind::remote, k, r.server_url,
+              "has no effect with data.env = \"remote\" (outside environments sample their own groups); set "
+              "rollout.server_url = \"\"");
+  }
+  c.finite("rollout.server_timeout_s", r.server_timeout_s);
+  c.require(r.server_timeout_s > 0 && r.server_timeout_s <= 86400, "rollout.server_timeout_s", r.server_timeout_s,
+            "must be in (0, 86400] seconds (the longest one rollout request may take)");
+  c.require(r.server_max_concurrency >= 1 && r.server_max_concurrency <= 4096, "rollout.server_max_concurrency",
+            r.server_max_concurrency, "must be in [1, 4096] (HTTP requests in flight at once)");
   c.check(engine.validate());
 
   const TrainSection& t = train;

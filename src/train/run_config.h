@@ -117,6 +117,11 @@ struct RolloutSection {
   std::vector<std::string> stop; // stop strings (EOS always stops)
   bool ignore_eos = false;       // keep sampling after EOS (forced lengths for benchmarks)
   int64_t min_new_tokens = 0;    // EOS / stop ids are banned before this many tokens
+  // Rollouts from a separate `grpo serve` (TRL's vllm_mode = "server"; docs/serve.md): its base
+  // URL, http://HOST:PORT; "" = the in-process engine. Evals stay on the in-process engine.
+  std::string server_url;
+  double server_timeout_s = 600;         // per HTTP request (a request that takes longer is an error)
+  int64_t server_max_concurrency = 64;   // HTTP requests in flight at once (one per prompt)
 };
 
 struct TrainSection {
