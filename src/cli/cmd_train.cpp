@@ -175,13 +175,9 @@ grpo::cli::CommandRegistrar reg("train", "Train a model with GRPO from a TOML ru
       std::signal(SIGPIPE, SIG_IGN);
       return grpo::trajectory_source_make(c.remote, c.rollout.prompts_per_step * c.rollout.num_generations);
     };
-    o.make_rollout_server = [](const grpo::RolloutSection& ro) {
+    o.make_rollout_server = [](const grpo::RunConfig& c) {
       std::signal(SIGPIPE, SIG_IGN);  // a server that dies mid-request is a failed request, not a dead trainer
-      grpo::RolloutClientOptions co;
-      co.url = ro.server_url;
-      co.timeout_s = ro.server_timeout_s;
-      co.max_concurrency = int(ro.server_max_concurrency);
-      return grpo::rollout_client_make(co);
+      return grpo::rollout_client_make(grpo::rollout_client_options(c));
     };
     const double t0 = grpo::now_seconds();
     auto r = grpo::grpo_train(cfg.value(), o);

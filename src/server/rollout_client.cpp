@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <mutex>
 #include <thread>
 
@@ -20,6 +21,12 @@ namespace {
 
 using njson = nlohmann::json;
 
+std::string secs(double s) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3g s", s);
+  return b;
+}
+
 std::string clip(const std::string& s, size_t n) { return s.size() <= n ? s : s.substr(0, n) + "..."; }
 
 void set_timeouts(httplib::Client& c, double s) {
@@ -28,6 +35,16 @@ void set_timeouts(httplib::Client& c, double s) {
   c.set_connection_timeout(std::min<time_t>(sec, 30), sec >= 30 ? 0 : usec);
   c.set_read_timeout(sec, usec);
   c.set_write_timeout(sec, usec);
+}
+
+std::string describe(httplib::Error e) {
+  switch (e) {
+    case httplib::Error::Connection: return "connection refused or host unreachable";
+    case httplib::Error::Read: return "the connection closed or timed out before an answer";
+    case httplib::Error::Write: return "the connection closed while sending";
+    case httplib::Error::ConnectionTimeout: return "connection timed out";
+    default: return httplib::to_string(e);
+  }
 }
 
 const char* mode_name(LogprobsMode m) { return m == LogprobsMode::raw ? "raw" : "processed"; }
@@ -42,12 +59,13 @@ class HttpRolloutServer : public RolloutServer {
     httplib::Client cli(base_);
     set_timeouts(cli, std::min(o_.timeout_s, 30.0));
     auto r = cli.Get("/health");
-    const std::string start = "start one with `grpo serve --model MODEL_DIR --port " + port_of() +
+    const std::string start = "start one with `grpo serve --model " +
+                              (o_.model_path.empty() ? std::string("MODEL_DIR") : o_.model_path) + " --port " + port_of() +
                               "` (docs/serve.md, Rollouts from a separate server), or set rollout.server_url = \"\" "
                               "to sample with the in-process engine";
     if (!r)
       return error_status("rollout.server_url = " + o_.url + ": no server answers GET /health (" +
-                          httplib::to_string(r.error()) + "); " + start);
+                          describe(r.error()) + "); " + start);
     if (r->status == 503)
       return error_status("rollout.server_url = " + o_.url + ": the server is shutting down (GET /health: 503); " + start);
     if (r->status != 200)
@@ -123,8 +141,8 @@ class HttpRolloutServer : public RolloutServer {
         const double waited = now_seconds() - t0;
         const bool timed_out = r.error() == httplib::Error::Read && waited >= o_.timeout_s * 0.9;
         return error_status(where + ": " +
-                            (timed_out ? "no answer within rollout.server_timeout_s = " + std::to_string(o_.timeout_s) + " s"
-                                       : httplib::to_string(r.error()) + " after " + std::to_string(waited) + " s") +
+                            (timed_out ? "no answer within rollout.server_timeout_s = " + secs(o_.timeout_s)
+                                       : describe(r.error()) + " after " + secs(waited)) +
                             " (is the server still running? raise rollout.server_timeout_s for longer generations)");
       }
       if (r->status == 429 && now_seconds() + 1.0 < deadline) {  // its queue is full: wait for a slot
@@ -148,7 +166,7 @@ class HttpRolloutServer : public RolloutServer {
         return error_status(where + ": the answer came from policy version " + std::to_string(*version) +
                             ", but the trainer sent version " + std::to_string(min_version) +
                             " over the weight bridge and the server did not load it within rollout.server_timeout_s = " +
-                            std::to_string(o_.timeout_s) + " s (is it the grpo serve --receive of this run?)");
+                            secs(o_.timeout_s) + " (is it the grpo serve --receive of this run?)");
       }
       return ok_status();
     }
@@ -245,6 +263,15 @@ Status rollout_answer_parse(const njson& j, const std::vector<int32_t>& prompt, 
     if (idx == 0) tel.prefix_hit_tokens = int(tnum("prefix_hit_tokens"));
   }
   return ok_status();
+}
+
+RolloutClientOptions rollout_client_options(const RunConfig& cfg) {
+  RolloutClientOptions o;
+  o.url = cfg.rollout.server_url;
+  o.timeout_s = cfg.rollout.server_timeout_s;
+  o.max_concurrency = int(cfg.rollout.server_max_concurrency);
+  o.model_path = cfg.model.path;
+  return o;
 }
 
 Result<std::unique_ptr<RolloutServer>> rollout_client_make(const RolloutClientOptions& o) {

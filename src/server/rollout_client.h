@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "train/rollout_server.h"
+#include "train/run_config.h"
 
 namespace grpo {
 
@@ -24,7 +25,11 @@ struct RolloutClientOptions {
   std::string url;             // http://HOST:PORT (validated by RunConfig::validate)
   double timeout_s = 600;      // per request, and the deadline of its retries
   int max_concurrency = 64;    // requests in flight at once
+  std::string model_path;      // the run's model, for the "start a server" hint
 };
+
+// From rollout.server_url, server_timeout_s, server_max_concurrency and model.path.
+RolloutClientOptions rollout_client_options(const RunConfig& cfg);
 
 Result<std::unique_ptr<RolloutServer>> rollout_client_make(const RolloutClientOptions& o);
 

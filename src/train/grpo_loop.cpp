@@ -117,7 +117,7 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     if (!opt.make_rollout_server)
       return error_status("rollout.server_url = \"" + cfg_in.rollout.server_url +
                           "\", but this program has no HTTP client for it; run it with `grpo train`");
-    GRPO_ASSIGN_OR_RETURN(rollout_server, opt.make_rollout_server(cfg_in.rollout));
+    GRPO_ASSIGN_OR_RETURN(rollout_server, opt.make_rollout_server(cfg_in));
     GRPO_TRY(rollout_server->health().status());
   }
   const std::string out_dir = opt.out_dir.empty() ? cfg_in.run.output_dir : opt.out_dir;

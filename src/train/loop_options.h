@@ -43,7 +43,7 @@ struct TrainLoopOptions {
   std::function<Result<std::shared_ptr<TrajectorySource>>(const RunConfig&)> make_trajectory_source;
   // rollout.server_url set: the client that sends each generation batch to that server
   // (train/rollout_server.h), made by the CLI (src/server links cpp-httplib, train/ does not).
-  std::function<Result<std::unique_ptr<RolloutServer>>(const RolloutSection&)> make_rollout_server;
+  std::function<Result<std::unique_ptr<RolloutServer>>(const RunConfig&)> make_rollout_server;
   // Data-parallel ranks (dist/communicator.h, docs/distributed.md); nullptr = one rank. Rank 0
   // owns the run directory (lock, metrics, checkpoints); every rank loads the same config.
   Communicator* comm = nullptr;

@@ -16,6 +16,7 @@
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint_state.h"
 #include "train/grpo_loop.h"
+#include "train/loop_async.h"
 #include "train/loop_rollout.h"
 
 using namespace grpo;
@@ -232,4 +233,19 @@ TEST(AsyncRollouts, RefusesWhatItCannotRun) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("async.max_staleness"), std::string::npos) << bad.status().message();
   fs::remove_all(out);
+}
+
+TEST(AsyncRollouts, WithARolloutServerNeedsNoSnapshotSoLoraIsAllowed) {
+  // rollout.server_url: the server samples ahead (tests/server/test_remote_rollouts.cpp runs it);
+  // LoRA is fine there (the server gets the adapters over its bridge), the other limits stay.
+  const std::vector<std::string> server = {"async.max_staleness=1", "rollout.server_url=http://127.0.0.1:8001"};
+  RunConfig lora = tiny_config(2, {"async.max_staleness=1", "lora.enabled=true"});
+  EXPECT_NE(async_check_config(lora, 1).message().find("[lora]"), std::string::npos);
+  std::vector<std::string> sets = server;
+  sets.push_back("lora.enabled=true");
+  EXPECT_TRUE(async_check_config(tiny_config(2, sets), 1).ok()) << async_check_config(tiny_config(2, sets), 1).message();
+  EXPECT_NE(async_check_config(tiny_config(2, server), 2).message().find("one rank"), std::string::npos);
+  sets = server;
+  sets.push_back("server.enabled=true");
+  EXPECT_NE(async_check_config(tiny_config(2, sets), 1).message().find("server.enabled = false"), std::string::npos);
 }

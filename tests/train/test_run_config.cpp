@@ -157,6 +157,41 @@ TEST(RunConfig, OutOfRangeValuesNameKeyAndValue) {
                {"engine.kv_cache_dtype = \"fp16\": must be one of auto, fp8, fp8_e4m3"});
 }
 
+TEST(RunConfig, RolloutServerKeys) {
+  auto ok = run_config_parse("[rollout]\nserver_url = \"http://127.0.0.1:8001\"\nserver_timeout_s = 30\n"
+                             "server_max_concurrency = 8\n", "cfg.toml");
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_EQ(ok->rollout.server_url, "http://127.0.0.1:8001");
+  EXPECT_DOUBLE_EQ(ok->rollout.server_timeout_s, 30);
+  EXPECT_EQ(ok->rollout.server_max_concurrency, 8);
+  auto dflt = run_config_parse("", "cfg.toml");
+  ASSERT_TRUE(dflt.ok());
+  EXPECT_EQ(dflt->rollout.server_url, "");  // the in-process engine
+  EXPECT_DOUBLE_EQ(dflt->rollout.server_timeout_s, 600);
+  EXPECT_EQ(dflt->rollout.server_max_concurrency, 64);
+  // Round trip through the resolved config.
+  auto back = run_config_parse(run_config_to_toml(ok.value()), "back.toml");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->rollout.server_url, "http://127.0.0.1:8001");
+
+  const char* how = "must be the base URL of a grpo serve (or vLLM-compatible) server, http://HOST:PORT";
+  expect_error("[rollout]\nserver_url = \"127.0.0.1:8001\"\n",
+               {"rollout.server_url = \"127.0.0.1:8001\"", "must start with http://", how});
+  expect_error("[rollout]\nserver_url = \"http://127.0.0.1:80x\"\n", {"rollout.server_url", "port '80x'", how});
+  expect_error("[rollout]\nserver_url = \"http://127.0.0.1:8001/v1\"\n",
+               {"rollout.server_url = \"http://127.0.0.1:8001/v1\": has a path ('/v1')", "without /v1"});
+  expect_error("[rollout]\nserver_url = \"https://example.org\"\n", {"rollout.server_url", "https is not supported"});
+  expect_error("[rollout]\nserver_url = \"http://:8001\"\n", {"rollout.server_url", "no host"});
+  expect_error("[rollout]\nserver_timeout_s = 0\n", {"rollout.server_timeout_s = 0: must be in (0, 86400] seconds"});
+  expect_error("[rollout]\nserver_max_concurrency = 0\n", {"rollout.server_max_concurrency = 0: must be in [1, 4096]"});
+  const std::string url = "[rollout]\nserver_url = \"http://127.0.0.1:8001\"\n";
+  expect_error(url + "[tandem]\nenabled = true\n", {"rollout.server_url", "tandem.enabled = true needs the in-process engine"});
+  expect_error(url + "[engine.speculative]\nmethod = \"ngram\"\n", {"rollout.server_url", "engine.speculative.method = \"off\""});
+  expect_error(url + "[train]\non_policy = \"bitwise\"\n", {"rollout.server_url", "train.on_policy = \"default\""});
+  expect_error(url + "[data]\nenv = \"remote\"\n[eval]\nevery = 0\n", {"rollout.server_url", "data.env = \"remote\""});
+  expect_error("", {"rollout.server_timeout_s = -1"}, {"rollout.server_timeout_s=-1"});
+}
+
 TEST(RunConfig, OverridesUseDeclaredTypes) {
   auto r = run_config_parse(kFull, "full.toml",
                             {"train.lr=1e-5", "train.steps = 70", "model.path=/abs/model dir", "rollout.stop=</answer>,\\n\\n",
