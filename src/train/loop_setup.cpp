@@ -226,10 +226,11 @@ int64_t loop_server_min_version(const LoopRun& r, int64_t version) {
 void loop_note_server_version(LoopRun& r, int64_t got, int64_t version) {
   if (r.server_lag_warned || got == version || r.cfg.server.bridge != "none") return;
   r.server_lag_warned = true;
-  GRPO_LOG_WARN("rollout.server_url = %s answered from policy version %lld, but the trainer's weights are those of step "
-                "%lld: the server does not follow this run, so its rollouts are off-policy. Start it with grpo serve "
-                "--receive (server.bridge = \"nccl\") or --watch %s, or set train.importance_sampling "
-                "(docs/serve.md, Rollouts from a separate server)",
+  GRPO_LOG_WARN("rollout.server_url = %s answered from policy version %lld while the trainer's weights are those of "
+                "step %lld, and without a weight bridge the loop cannot wait for the server: these rollouts are "
+                "off-policy. Keep the server on this run's weights with server.bridge = \"nccl\" + grpo serve --receive "
+                "(or follow the checkpoints with grpo serve --watch %s and set train.importance_sampling); "
+                "docs/serve.md, Rollouts from a separate server. (Warned once.)",
                 r.cfg.rollout.server_url.c_str(), (long long)got, (long long)version, r.out_dir.c_str());
 }
 

@@ -16,7 +16,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <filesystem>
 #include <map>
 #include <thread>
@@ -92,8 +94,8 @@ struct ServeProcess {
   }
 };
 
-RunConfig remote_config(const std::string& out, int steps, const std::vector<std::string>& sets = {}) {
-  const std::string toml =
+std::string remote_toml(const std::string& out, int steps) {
+  return
       "[run]\noutput_dir = \"" + out + "\"\ndeterministic = true\n"
       "[model]\npath = \"" + arith_dir() + "\"\ndtype = \"f32\"\ndevice = \"cpu\"\n"
       "[data]\nenv = \"arithmetic\"\nseed = 1\nprompt_template = \"{question}\\n\"\n"
@@ -105,7 +107,10 @@ RunConfig remote_config(const std::string& out, int steps, const std::vector<std
       "[log]\nprogress = \"off\"\nplot = false\nlevel = \"error\"\n"
       "[[reward]]\nname = \"correct\"\nweight = 1.0\n"
       "[[reward]]\nname = \"length_linear\"\nweight = 1.0\ntarget = 8\nscale = 64\nunit = \"chars\"\n";
-  auto c = run_config_parse(toml, "remote.toml", sets);
+}
+
+RunConfig remote_config(const std::string& out, int steps, const std::vector<std::string>& sets = {}) {
+  auto c = run_config_parse(remote_toml(out, steps), "remote.toml", sets);
   GRPO_CHECK_MSG(c.ok(), c.status().message().c_str());
   return c.value();
 }
@@ -244,6 +249,35 @@ TEST(RemoteRollouts, AsyncWithAServerOfOneVersionTrainsTheSynchronousBatches) {
   }
   fs::remove_all(a);
   fs::remove_all(b);
+}
+
+TEST(RemoteRollouts, TwoDataParallelRanksSendTheirOwnPrompts) {
+  if (std::system("command -v mpirun >/dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun not found (scripts/setup.sh installs it)";
+  ServeProcess srv;
+  ASSERT_TRUE(srv.ready());
+  const std::string dir = temp_dir("dp");
+  {
+    std::ofstream f(dir + "/run.toml");
+    f << remote_toml(dir + "/unused", 1);
+  }
+  auto run = [&](const std::string& prefix, const std::string& out) {
+    const std::string cmd = prefix + " " GRPO_BINARY_PATH " train " + dir + "/run.toml --out " + out +
+                            " --threads 1 --set rollout.prompts_per_step=4 --set rollout.server_url=" + srv.url() +
+                            " > " + out + ".log 2>&1";
+    const int rc = std::system(cmd.c_str());
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
+  };
+  ASSERT_EQ(run("", dir + "/one"), 0);
+  ASSERT_EQ(run("mpirun --allow-run-as-root --oversubscribe -np 2", dir + "/two"), 0);
+  const auto a = step_metrics(dir + "/one"), b = step_metrics(dir + "/two");
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(b.size(), 1u);
+  // Each rank's prompts keep their one-rank seeds: the global batch is the same samples.
+  for (const char* k : {"reward/mean", "reward/std", "accuracy", "tokens/generated", "completion/mean_length"})
+    EXPECT_EQ(a[0][k].get<double>(), b[0][k].get<double>()) << k;
+  EXPECT_NEAR(a[0]["grad_norm"].get<double>(), b[0]["grad_norm"].get<double>(), 1e-6 * a[0]["grad_norm"].get<double>());
+  EXPECT_EQ(b[0]["rollout/server_policy_version"].get<double>(), 0.0);
+  fs::remove_all(dir);
 }
 
 TEST(RemoteRollouts, UnreachableServerIsAnErrorBeforeTheRunStarts) {
