@@ -198,6 +198,10 @@ Status RunConfig::validate() const {
     c.require(train.on_policy != OnPolicy::bitwise, k, r.server_url,
               "train.on_policy = \"bitwise\" needs the in-process engine's trainer-kernel logprobs; set "
               "train.on_policy = \"default\" (and train.importance_sampling) or rollout.server_url = \"\"");
+    c.require(!server.enabled, k, r.server_url,
+              "server.enabled = true serves the in-process engine while it samples the rollouts, which it no longer "
+              "does (outside requests would wait for the next eval); send them to the rollout server instead and set "
+              "server.enabled = false (server.bridge works without it)");
     c.require(data.env != EnvKind::remote, k, r.server_url,
               "has no effect with data.env = \"remote\" (outside environments sample their own groups); set "
               "rollout.server_url = \"\"");

@@ -189,6 +189,9 @@ TEST(RunConfig, RolloutServerKeys) {
   expect_error(url + "[engine.speculative]\nmethod = \"ngram\"\n", {"rollout.server_url", "engine.speculative.method = \"off\""});
   expect_error(url + "[train]\non_policy = \"bitwise\"\n", {"rollout.server_url", "train.on_policy = \"default\""});
   expect_error(url + "[data]\nenv = \"remote\"\n[eval]\nevery = 0\n", {"rollout.server_url", "data.env = \"remote\""});
+  expect_error(url + "[server]\nenabled = true\n", {"rollout.server_url", "set server.enabled = false"});
+  auto bridged = run_config_parse(url + "[server]\nbridge = \"nccl\"\n", "cfg.toml");
+  EXPECT_TRUE(bridged.ok()) << bridged.status().message();
   expect_error("", {"rollout.server_timeout_s = -1"}, {"rollout.server_timeout_s=-1"});
 }
 
