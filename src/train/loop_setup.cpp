@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/log.h"
+#include "engine/model_runner.h"
 #include "engine/speculative.h"
 #include "train/loop_async.h"
 #include "model/checkpoint.h"
@@ -462,8 +463,22 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   }
   // The engine runs every sample of a generation batch at once unless engine.max_num_seqs says otherwise.
   const int64_t n_seqs = cfg.rollout.prompts_per_step * cfg.rollout.num_generations;
-  const int default_seqs = int(std::clamp<int64_t>(n_seqs, 1, 256));
-  GRPO_ASSIGN_OR_RETURN(EngineOptions eo, engine_options_from_config(cfg.engine, co.device, r.weights->config,
+  int default_seqs = int(std::clamp<int64_t>(n_seqs, 1, 256));
+  EngineConfig engine_cfg = cfg.engine;
+  if (!cfg.rollout.server_url.empty()) {
+    // The server samples the rollouts; this engine only runs evals. Its pool holds the eval batch at
+    // full length (unless engine.kv_cache_mib sets it), so the device memory stays the trainer's.
+    const int64_t n_eval = std::clamp<int64_t>(int64_t(r.eval_prompts.size()), 1, 256);
+    default_seqs = int(n_eval);
+    if (engine_cfg.kv_cache_mib == 0) {
+      const int64_t block = engine_cfg.block_size;
+      const int64_t len = int64_t(longest) + std::max(cfg.eval.max_new_tokens, cfg.rollout.max_new_tokens) + block;
+      const int64_t blocks = n_eval * ((len + block - 1) / block) + 1;
+      const size_t bytes = size_t(blocks) * kv_block_bytes(r.weights->config, r.weights->dtype, int(block));
+      engine_cfg.kv_cache_mib = std::max<int64_t>(1, int64_t((bytes + (size_t(1) << 20) - 1) >> 20));
+    }
+  }
+  GRPO_ASSIGN_OR_RETURN(EngineOptions eo, engine_options_from_config(engine_cfg, co.device, r.weights->config,
                                                                      r.weights->dtype, memory_use(r, longest),
                                                                      default_seqs));
   eo.seed = uint64_t(cfg.rollout.seed);

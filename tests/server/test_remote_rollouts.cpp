@@ -203,8 +203,10 @@ TEST(RemoteRollouts, OneStepThroughTheServerIsTheInProcessRunBitForBit) {
   ServeProcess srv;
   ASSERT_TRUE(srv.ready()) << "grpo serve did not start";
   // Temperature 1 (raw logprobs) and 0.7 with top-k (the loop asks for processed logprobs).
+  // Evals (on the in-process engine, whose pool is sized for them) run in both.
   for (const std::vector<std::string>& sets :
-       {std::vector<std::string>{}, std::vector<std::string>{"rollout.temperature=0.7", "rollout.top_k=20"}}) {
+       {std::vector<std::string>{"eval.every=1", "eval.n_prompts=4"},
+        std::vector<std::string>{"rollout.temperature=0.7", "rollout.top_k=20", "eval.every=1", "eval.n_prompts=4"}}) {
     const std::string a = temp_dir("local"), b = temp_dir("server");
     std::map<int64_t, Seen> local, remote;
     auto ra = grpo_train(remote_config(a, 1, sets), options(a, &local));
@@ -217,11 +219,36 @@ TEST(RemoteRollouts, OneStepThroughTheServerIsTheInProcessRunBitForBit) {
     EXPECT_EQ(remote.at(1).policy_version, 0);
     EXPECT_EQ(local.at(1).completions.size(), 12u);
     expect_same_batches(local, remote);
-    const auto ma = step_metrics(a), mb = step_metrics(b);
+    auto ma = step_metrics(a), mb = step_metrics(b);
+    // Eval records (at steps 0 and 1) apart from the step record.
+    auto split_evals = [](std::vector<nlohmann::json>& v) {
+      std::vector<nlohmann::json> ev;
+      std::erase_if(v, [&](const nlohmann::json& j) {
+        if (j.contains("loss")) return false;
+        ev.push_back(j);
+        return true;
+      });
+      return ev;
+    };
+    const auto ea = split_evals(ma), eb = split_evals(mb);
+    ASSERT_EQ(ea.size(), 2u);
+    ASSERT_EQ(eb.size(), 2u);
+    for (size_t i = 0; i < ea.size(); ++i)
+      for (const char* k : {"eval/accuracy", "eval/reward", "eval/completion_length", "eval/n"})
+        EXPECT_EQ(ea[i][k].get<double>(), eb[i][k].get<double>()) << k;
+    EXPECT_EQ(eb[0]["eval/n"].get<double>(), 4.0);
     expect_same_training(ma, mb);
     ASSERT_EQ(mb.size(), 1u);
     EXPECT_EQ(mb[0]["rollout/server_policy_version"].get<double>(), 0.0);
     EXPECT_FALSE(ma[0].contains("rollout/server_policy_version"));
+    // The in-process engine only evaluates: its KV pool holds the 4 eval prompts, not the CPU default.
+    auto info = [](const std::string& d) {
+      std::ifstream f(d + "/run_info.json");
+      return nlohmann::json::parse(f);
+    };
+    EXPECT_EQ(info(a)["engine"]["kv_budget_bytes"].get<int64_t>(), int64_t(256) << 20);
+    EXPECT_LE(info(b)["engine"]["kv_budget_bytes"].get<int64_t>(), int64_t(1) << 20);
+    EXPECT_EQ(info(b)["engine"]["max_num_seqs"].get<int64_t>(), 4);
     fs::remove_all(a);
     fs::remove_all(b);
   }
