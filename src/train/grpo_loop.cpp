@@ -110,15 +110,17 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     return error_status("rollout.prompts_per_step = " + std::to_string(cfg_in.rollout.prompts_per_step) +
                         " does not split over " + std::to_string(n_ranks) +
                         " ranks: it is the global batch; make it a multiple of the number of ranks");
-  // rollout.server_url: the server must answer before anything else starts (no run directory,
-  // no model load for a run that cannot sample).
+  // rollout.server_url: without a weight bridge the server must answer before anything else
+  // starts (no run directory, no model load for a run that cannot sample). A bridged server
+  // (grpo serve --receive / --attach) listens only after it joined the bridge, which the
+  // trainer sets up below: it is waited for there.
   std::unique_ptr<RolloutServer> rollout_server;
   if (!cfg_in.rollout.server_url.empty()) {
     if (!opt.make_rollout_server)
       return error_status("rollout.server_url = \"" + cfg_in.rollout.server_url +
                           "\", but this program has no HTTP client for it; run it with `grpo train`");
     GRPO_ASSIGN_OR_RETURN(rollout_server, opt.make_rollout_server(cfg_in));
-    GRPO_TRY(rollout_server->health().status());
+    if (cfg_in.server.bridge == "none") GRPO_TRY(rollout_server->health().status());
   }
   const std::string out_dir = opt.out_dir.empty() ? cfg_in.run.output_dir : opt.out_dir;
   std::optional<RunDirLock> lock;
@@ -184,6 +186,10 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     r.broadcaster = std::make_unique<WeightBroadcaster>(*r.bridge_comm, arena, std::move(plan), bo);
     GRPO_TRY(r.broadcaster->handshake());
     GRPO_TRY(r.broadcaster->publish(*r.ctx, st.step));  // the servers start from the trainer's weights
+  }
+  if (rollout_server && cfg.server.bridge != "none") {
+    if (con) std::fprintf(con, "grpo train: waiting for the rollout server at %s\n", rollout_server->url().c_str());
+    GRPO_TRY(rollout_server_wait(*rollout_server, cfg.rollout.server_timeout_s));
   }
   DataParallel dp;
   std::vector<int64_t> prompt_split = split_even(cfg.rollout.prompts_per_step, n_ranks);

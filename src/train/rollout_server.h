@@ -42,4 +42,9 @@ class RolloutServer {
                                             const std::vector<SamplingParams>& params, int64_t min_version) = 0;
 };
 
+// Polls s.health() every poll_s until it answers or timeout_s has passed; then health()'s error,
+// with how long it waited. For servers that listen only after joining a weight bridge
+// (grpo serve --receive, --attach), which the trainer sets up after loading the model.
+Status rollout_server_wait(RolloutServer& s, double timeout_s, double poll_s = 0.2);
+
 }  // namespace grpo

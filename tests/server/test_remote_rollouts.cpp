@@ -55,8 +55,8 @@ struct ServeProcess {
   pid_t pid = -1;
   int port = 0;
   std::string log;
-  ServeProcess() {
-    port = free_port();
+  explicit ServeProcess(int at_port = 0) {
+    port = at_port > 0 ? at_port : free_port();
     log = "/tmp/grpo_remote_rollouts_serve_" + std::to_string(getpid()) + "_" + std::to_string(port) + ".log";
     const std::vector<std::string> argv = {GRPO_BINARY_PATH, "serve", "--model", arith_dir(), "--port",
                                            std::to_string(port), "--deterministic", "--threads", "1"};
@@ -371,6 +371,31 @@ TEST(RemoteRollouts, HungServerTimesOutWithinServerTimeout) {
   EXPECT_GE(waited, 1.4);
   EXPECT_LT(waited, 10.0) << "the run must end about server_timeout_s after the server stopped answering";
   fs::remove_all(out);
+}
+
+TEST(RolloutClient, WaitsForAServerThatStartsLate) {
+  // grpo serve --receive listens only after it joined the trainer's bridge: the loop waits.
+  const int port = free_port();
+  RolloutClientOptions co;
+  co.url = "http://127.0.0.1:" + std::to_string(port);
+  co.model_path = "M";
+  auto cli = rollout_client_make(co);
+  ASSERT_TRUE(cli.ok());
+  const double t0 = now_seconds();
+  Status none = rollout_server_wait(*cli.value(), 0.5, 0.05);
+  ASSERT_FALSE(none.ok());
+  EXPECT_GE(now_seconds() - t0, 0.5);
+  EXPECT_NE(none.message().find("waited 0.5 s (rollout.server_timeout_s)"), std::string::npos) << none.message();
+  EXPECT_NE(none.message().find("grpo serve --model M --port " + std::to_string(port)), std::string::npos) << none.message();
+
+  std::unique_ptr<ServeProcess> srv;
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    srv = std::make_unique<ServeProcess>(port);
+  });
+  Status st = rollout_server_wait(*cli.value(), 60, 0.05);
+  late.join();
+  EXPECT_TRUE(st.ok()) << st.message();
 }
 
 TEST(RolloutClient, AsksAgainWhileTheServerIsOlderThanTheBridgedVersion) {
