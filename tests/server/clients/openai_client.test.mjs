@@ -289,3 +289,44 @@ test('api key: 401 without or with a wrong bearer token, 200 with the right one'
     assert.equal(typeof body.error?.message, 'string', `${path}: 401 carries an OpenAI error object`);
   }
 });
+
+// The main server serves a random LoRA adapter by name (--lora-modules NAME=DIR) and a
+// third server the same adapter merged into the model (grpo merge-lora), served alone:
+// `model: NAME` must answer as the merged model does.
+const LORA_NAME = process.env.GRPO_SERVE_LORA_NAME;
+const LORA_DIR = process.env.GRPO_SERVE_LORA_DIR;
+const MERGED_URL = process.env.GRPO_SERVE_MERGED_URL?.replace(/\/$/, '');
+
+test('LoRA: model selects an adapter, whose answers equal the merged model served alone', { skip: !(LORA_NAME && MERGED_URL) && 'GRPO_SERVE_LORA_NAME / GRPO_SERVE_MERGED_URL not set' }, async () => {
+  const cards = (await client.models.list()).data;
+  const card = cards.find((m) => m.id === LORA_NAME);
+  assert.ok(card, `GET /v1/models lists the adapter: ${JSON.stringify(cards)}`);
+  assert.equal(card.parent, model);
+  if (LORA_DIR) assert.equal(card.root, LORA_DIR);
+  const merged = new OpenAI({ baseURL: `${MERGED_URL}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 60_000 });
+  const mergedModel = (await merged.models.list()).data[0].id;
+  const args = { prompt: [PROMPT, PROMPT2], max_tokens: 16, temperature: 0, logprobs: 1 };
+  const [lora, ref, base] = await Promise.all([
+    client.completions.create({ ...args, model: LORA_NAME }),
+    merged.completions.create({ ...args, model: mergedModel }),
+    client.completions.create({ ...args, model }),
+  ]);
+  assert.equal(lora.model, LORA_NAME, 'the response names the adapter asked for');
+  assert.equal(base.model, model);
+  let differs = false;
+  for (let i = 0; i < 2; ++i) {
+    const a = lora.choices[i], r = ref.choices[i];
+    assert.equal(a.text, r.text, `prompt ${i}: adapter vs merged model`);
+    assert.equal(a.logprobs.token_logprobs.length, r.logprobs.token_logprobs.length);
+    a.logprobs.token_logprobs.forEach((lp, t) =>
+      assert.ok(Math.abs(lp - r.logprobs.token_logprobs[t]) <= 1e-3 * (1 + Math.abs(lp)), `prompt ${i} token ${t}: ${lp} vs ${r.logprobs.token_logprobs[t]}`));
+    differs ||= a.text !== base.choices[i].text ||
+      a.logprobs.token_logprobs.some((lp, t) => Math.abs(lp - (base.choices[i].logprobs.token_logprobs[t] ?? 0)) > 1e-3);
+  }
+  assert.ok(differs, 'the adapter changes the answers (else this test proves nothing)');
+  const chat = await client.chat.completions.create({ model: LORA_NAME, messages: [{ role: 'user', content: QUESTION }], max_tokens: 8, temperature: 0 });
+  const chatRef = await merged.chat.completions.create({ model: mergedModel, messages: [{ role: 'user', content: QUESTION }], max_tokens: 8, temperature: 0 });
+  assert.equal(chat.model, LORA_NAME);
+  assert.equal(chat.choices[0].message.content, chatRef.choices[0].message.content);
+  await expectApiError(client.completions.create({ model: `${LORA_NAME}-missing`, prompt: PROMPT, max_tokens: 4 }), 404, 'model');
+});
