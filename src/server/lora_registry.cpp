@@ -185,6 +185,7 @@ Status LoraRegistry::load(const std::string& name, const std::string& path, Lora
     reserved_names_.erase(std::find(reserved_names_.begin(), reserved_names_.end(), name));
   };
   // Read beside serving: only the slot assignment waits for a gap between steps.
+  svc_->engine().context().make_current();  // this thread allocates on the engine's device
   auto w = read_adapter(name, path, why);
   if (!w.ok()) {
     undo();
@@ -240,6 +241,7 @@ Status LoraRegistry::unload(const std::string& name, LoraOpError* why) {
     std::lock_guard<std::mutex> lk(mu_);
     slot_taken_[size_t(slot)] = false;
   }
+  svc_->engine().context().make_current();  // e's buffers may be freed here
   *why = LoraOpError::none;
   GRPO_LOG_INFO("serve: unloaded LoRA adapter '%s' (slot %d)", name.c_str(), slot);
   return ok_status();  // e (and its buffers) go with the last reference

@@ -127,7 +127,7 @@ start_server() {
   SERVER_URL="$url"
 }
 
-start_server "$TMP/serve.log" --lora-modules "tiny-lora=$ADAPTER"
+start_server "$TMP/serve.log" --lora-modules "tiny-lora=$ADAPTER" --max-loras 2 --enable-lora-updates
 URL="$SERVER_URL" MAIN_PID=$SERVER_PID
 SERVE_MODEL="$TMP/merged" start_server "$TMP/serve-merged.log" --served-model-name merged
 MERGED_URL="$SERVER_URL"

@@ -330,3 +330,32 @@ test('LoRA: model selects an adapter, whose answers equal the merged model serve
   assert.equal(chat.choices[0].message.content, chatRef.choices[0].message.content);
   await expectApiError(client.completions.create({ model: `${LORA_NAME}-missing`, prompt: PROMPT, max_tokens: 4 }), 404, 'model');
 });
+
+test('LoRA: runtime load and unload (vLLM\'s endpoints) add and remove a model name', { skip: !(LORA_NAME && LORA_DIR) && 'GRPO_SERVE_LORA_NAME / GRPO_SERVE_LORA_DIR not set' }, async () => {
+  const post = async (path, body) => {
+    const res = await fetch(`${URL}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...authHeader() }, body: JSON.stringify(body) });
+    return { status: res.status, text: await res.text() };
+  };
+  const name = `${LORA_NAME}-again`;
+  const loaded = await post('/v1/load_lora_adapter', { lora_name: name, lora_path: LORA_DIR });
+  assert.equal(loaded.status, 200, loaded.text);
+  assert.equal(loaded.text, `Success: LoRA adapter '${name}' added successfully.`);
+  assert.ok((await client.models.list()).data.some((m) => m.id === name && m.parent === model));
+  const args = { prompt: PROMPT, max_tokens: 12, temperature: 0, logprobs: 0 };
+  const [a, b] = await Promise.all([client.completions.create({ ...args, model: name }),
+                                    client.completions.create({ ...args, model: LORA_NAME })]);
+  assert.equal(a.model, name);
+  assert.equal(a.choices[0].text, b.choices[0].text, 'the same adapter directory under two names answers the same');
+  const again = await post('/v1/load_lora_adapter', { lora_name: name, lora_path: LORA_DIR });
+  assert.equal(again.status, 400);
+  assert.match(JSON.parse(again.text).error.message, /has already been loaded/);
+  const full = await post('/v1/load_lora_adapter', { lora_name: `${name}-2`, lora_path: LORA_DIR });
+  assert.equal(full.status, 400, 'both slots (--max-loras 2) hold adapters');
+  const removed = await post('/v1/unload_lora_adapter', { lora_name: name });
+  assert.equal(removed.status, 200, removed.text);
+  assert.equal(removed.text, `Success: LoRA adapter '${name}' removed successfully.`);
+  await expectApiError(client.completions.create({ ...args, model: name }), 404, 'model');
+  const gone = await post('/v1/unload_lora_adapter', { lora_name: name });
+  assert.equal(gone.status, 404);
+  assert.match(JSON.parse(gone.text).error.message, /cannot be found/);
+});
