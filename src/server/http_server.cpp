@@ -253,14 +253,15 @@ void HttpServer::install_routes() {
                     name.empty() ? "lora_name" : "lora_path");
       if (!load && name.empty())
         return fail(400, "InvalidUserInput", "'lora_name' needs to be provided to unload a LoRA adapter.", "lora_name");
-      if (load && j.contains("load_inplace") && j["load_inplace"].is_boolean() && j["load_inplace"].get<bool>())
-        return fail(400, "InvalidUserInput",
-                    "'load_inplace' is not supported by this server: unload the adapter, then load it again",
-                    "load_inplace");
+      bool inplace = false;
+      if (auto it = j.find("load_inplace"); load && it != j.end() && !it->is_null()) {
+        if (!it->is_boolean()) return fail(400, "InvalidUserInput", "'load_inplace' must be true or false", "load_inplace");
+        inplace = it->get<bool>();
+      }
       if (name == model_name)
         return fail(400, "InvalidUserInput", "'" + name + "' is the base model's name, not a LoRA adapter", "lora_name");
       LoraOpError why = LoraOpError::none;
-      Status st = load ? loras_->load(name, path, &why) : loras_->unload(name, &why);
+      Status st = load ? loras_->load(name, path, inplace, &why) : loras_->unload(name, &why);
       if (!st.ok()) {
         const bool nf = why == LoraOpError::not_found;
         return fail(nf ? 404 : 400, nf ? "NotFoundError" : load ? "BadRequestError" : "InvalidUserInput",

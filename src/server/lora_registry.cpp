@@ -160,7 +160,7 @@ std::vector<LoraRegistry::Info> LoraRegistry::list() const {
   return out;
 }
 
-Status LoraRegistry::load(const std::string& name, const std::string& path, LoraOpError* why) {
+Status LoraRegistry::load(const std::string& name, const std::string& path, bool inplace, LoraOpError* why) {
   *why = LoraOpError::bad_request;
   if (!svc_) return error_status("runtime LoRA loading is off (start grpo serve with --enable-lora-updates)");
   int slot = -1;
@@ -168,21 +168,26 @@ Status LoraRegistry::load(const std::string& name, const std::string& path, Lora
     std::lock_guard<std::mutex> lk(mu_);
     if (name == opt_.base_name)
       return error_status("'" + name + "' is the base model's served name; choose another lora_name");
-    bool taken = std::find(reserved_names_.begin(), reserved_names_.end(), name) != reserved_names_.end();
+    if (std::find(reserved_names_.begin(), reserved_names_.end(), name) != reserved_names_.end())
+      return error_status("a load of the lora adapter '" + name + "' is in progress; retry when it has finished");
+    bool taken = false;
     for (const auto& e : entries_) taken = taken || e->name == name;
-    if (taken) return error_status("The lora adapter '" + name + "' has already been loaded.");
+    if (taken && !inplace) return error_status("The lora adapter '" + name + "' has already been loaded.");
     for (size_t k = 0; k < slot_taken_.size() && slot < 0; ++k)
       if (!slot_taken_[k]) slot = int(k);
     if (slot < 0)
-      return error_status("no free LoRA slot: all " + std::to_string(slot_taken_.size()) +
-                          " (--max-loras) hold adapters; unload one first (POST /v1/unload_lora_adapter)");
+      return error_status("no free LoRA slot: all " + std::to_string(slot_taken_.size()) + " (--max-loras) hold adapters; " +
+                          (taken ? "load_inplace stages the new weights in a free slot while requests finish on the "
+                                   "old ones: raise --max-loras by one"
+                                 : "unload one first (POST /v1/unload_lora_adapter)"));
     slot_taken_[size_t(slot)] = true;
     reserved_names_.push_back(name);
   }
+  auto unreserve = [&] { reserved_names_.erase(std::find(reserved_names_.begin(), reserved_names_.end(), name)); };
   auto undo = [&] {
     std::lock_guard<std::mutex> lk(mu_);
     slot_taken_[size_t(slot)] = false;
-    reserved_names_.erase(std::find(reserved_names_.begin(), reserved_names_.end(), name));
+    unreserve();
   };
   // Read beside serving: only the slot assignment waits for a gap between steps.
   svc_->engine().context().make_current();  // this thread allocates on the engine's device
@@ -204,13 +209,44 @@ Status LoraRegistry::load(const std::string& name, const std::string& path, Lora
   e->slot = slot;
   e->created = int64_t(std::time(nullptr));
   e->w = std::move(w).value();
+  std::shared_ptr<Entry> old;  // load_inplace: the adapter the name served until now
   {
     std::lock_guard<std::mutex> lk(mu_);
-    reserved_names_.erase(std::find(reserved_names_.begin(), reserved_names_.end(), name));
-    entries_.push_back(std::move(e));
+    unreserve();
+    auto it = std::find_if(entries_.begin(), entries_.end(), [&](const auto& x) { return x->name == name; });
+    if (it != entries_.end()) {
+      old = *it;
+      e->n_requests = old->n_requests;
+      *it = e;  // new requests get the new adapter from here on
+    } else {
+      entries_.push_back(e);
+    }
   }
   *why = LoraOpError::none;
-  GRPO_LOG_INFO("serve: loaded LoRA adapter '%s' from %s into slot %d", name.c_str(), path.c_str(), slot);
+  GRPO_LOG_INFO("serve: loaded LoRA adapter '%s' from %s into slot %d%s", name.c_str(), path.c_str(), slot,
+                old ? " (replacing its previous weights)" : "");
+  if (old) {
+    // Requests already on the old weights finish on them; then their slot is freed.
+    Status rs = retire(old);
+    if (!rs.ok()) GRPO_LOG_WARN("serve: %s", rs.message().c_str());
+  }
+  return ok_status();
+}
+
+Status LoraRegistry::retire(const std::shared_ptr<Entry>& e) {
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    // Requests that hold it finish on it; their answers release the lease.
+    released_.wait(lk, [&] { return e->n_in_flight == 0; });
+  }
+  const int slot = e->slot;
+  Status st = svc_->run_on_loop([slot](Engine& eng) { return eng.set_lora_slot(slot, nullptr); });
+  if (!st.ok()) return st.with_context("freeing the slot of LoRA adapter '" + e->name + "'");
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    slot_taken_[size_t(slot)] = false;
+  }
+  svc_->engine().context().make_current();  // e's buffers may be freed on this thread
   return ok_status();
 }
 
@@ -219,7 +255,7 @@ Status LoraRegistry::unload(const std::string& name, LoraOpError* why) {
   if (!svc_) return error_status("runtime LoRA unloading is off (start grpo serve with --enable-lora-updates)");
   std::shared_ptr<Entry> e;
   {
-    std::unique_lock<std::mutex> lk(mu_);
+    std::lock_guard<std::mutex> lk(mu_);
     auto it = std::find_if(entries_.begin(), entries_.end(), [&](const auto& x) { return x->name == name; });
     if (it == entries_.end()) {
       *why = LoraOpError::not_found;
@@ -227,23 +263,15 @@ Status LoraRegistry::unload(const std::string& name, LoraOpError* why) {
     }
     e = *it;
     entries_.erase(it);  // new requests no longer find it
-    // Requests that hold it finish on it; their answers release the lease.
-    released_.wait(lk, [&] { return e->n_in_flight == 0; });
   }
-  const int slot = e->slot;
-  Status st = svc_->run_on_loop([slot](Engine& eng) { return eng.set_lora_slot(slot, nullptr); });
+  Status st = retire(e);
   if (!st.ok()) {  // a request that bypassed the leases still runs on it: keep serving the adapter
     std::lock_guard<std::mutex> lk(mu_);
     entries_.push_back(e);
-    return st.with_context("unloading LoRA adapter '" + name + "'");
+    return st;
   }
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    slot_taken_[size_t(slot)] = false;
-  }
-  svc_->engine().context().make_current();  // e's buffers may be freed here
   *why = LoraOpError::none;
-  GRPO_LOG_INFO("serve: unloaded LoRA adapter '%s' (slot %d)", name.c_str(), slot);
+  GRPO_LOG_INFO("serve: unloaded LoRA adapter '%s' (slot %d)", name.c_str(), e->slot);
   return ok_status();  // e (and its buffers) go with the last reference
 }
 

@@ -86,16 +86,21 @@ class LoraRegistry {
   int max_lora_rank() const { return max_rank_; }  // EngineOptions::max_lora_rank
 
   // Runtime updates (need attach()). load: reads the adapter beside serving, then puts it
-  // into a free slot between two engine steps. unload: the name disappears at once; waits
-  // until the requests holding it have been answered, then frees its slot. On error *why
-  // says which HTTP status fits and nothing changed.
-  Status load(const std::string& name, const std::string& path, LoraOpError* why);
+  // into a free slot between two engine steps. inplace (vLLM's load_inplace): a name already
+  // served may be loaded again; the new weights take a free slot, new requests get them at
+  // once, and the old weights' slot is freed when the requests on them have been answered
+  // (the call returns then). unload: the name disappears at once; waits until the requests
+  // holding it have been answered, then frees its slot. On error *why says which HTTP
+  // status fits and nothing changed.
+  Status load(const std::string& name, const std::string& path, bool inplace, LoraOpError* why);
   Status unload(const std::string& name, LoraOpError* why);
 
  private:
   Result<std::unique_ptr<LoraWeights>> read_adapter(const std::string& name, const std::string& path,
                                                     LoraOpError* why) const;
   void release(Entry& e);
+  // Waits until no request holds e (no longer reachable by name), then empties its slot.
+  Status retire(const std::shared_ptr<Entry>& e);
 
   const ModelConfig mc_;
   const Device dev_;

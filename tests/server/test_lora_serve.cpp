@@ -362,10 +362,12 @@ TEST(LoraServe, UnloadWaitsForTheRequestsOnTheAdapter) {
     stream_done = true;
   });
   while (n_tokens == 0 && !stream_done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const bool running_at_unload = !stream_done;
   std::string text;
   auto [u, uj] = s.post("/v1/unload_lora_adapter", json{{"lora_name", "a"}}, &text);
   unload_done = true;
   streamer.join();
+  EXPECT_TRUE(running_at_unload) << "the stream ended before the unload was sent; the test proves nothing";
   EXPECT_EQ(u, 200) << text;
   EXPECT_FALSE(unload_before_stream) << "the unload returned while a request on the adapter was running";
   EXPECT_EQ(n_tokens, n_long) << "the stream on the adapter was cut";
@@ -418,4 +420,76 @@ TEST(LoraModules, StartUpErrorsNameTheAdapter) {
   st = initial({{"a", ad.a, "another-base"}}, 1);
   EXPECT_NE(st.message().find("base_model_name 'another-base'"), std::string::npos) << st.message();
   EXPECT_TRUE(initial({{"a", ad.a, "arith-tiny"}, {"b", ad.b, ""}}, 2).ok());
+}
+
+// vLLM's load_inplace: the name switches to the new weights at once (staged in a free
+// slot), the request already running finishes on the old ones, and the old slot is freed
+// once it has.
+TEST(LoraServe, LoadInplaceSwitchesTheNameWhileRunningRequestsFinishOnTheOldWeights) {
+  const Adapters& ad = adapters();
+  {
+    LoraServed one({{"a", ad.a, ""}}, 1, true);
+    auto [st, j] = one.post("/v1/load_lora_adapter", json{{"lora_name", "a"}, {"lora_path", ad.b}, {"load_inplace", true}});
+    EXPECT_EQ(st, 400);
+    EXPECT_NE(j["error"]["message"].get<std::string>().find("raise --max-loras by one"), std::string::npos) << j.dump();
+  }
+  LoraServed s({{"a", ad.a, ""}}, 2, true);
+  const int n_long = 1000;
+  std::atomic<int> n_tokens{0};
+  std::atomic<bool> stream_done{false};
+  std::vector<int32_t> streamed;
+  std::thread streamer([&] {
+    httplib::Client cli("127.0.0.1", s.http->port());
+    cli.set_read_timeout(120, 0);
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = completion("a", n_long, true).dump();
+    req.set_header("Content-Type", "application/json");
+    std::string buf;
+    req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+      buf.append(d, n);
+      size_t pos;
+      while ((pos = buf.find("\n\n")) != std::string::npos) {
+        if (buf.compare(0, 7, "data: {") == 0) {
+          ++n_tokens;
+          const json chunk = json::parse(buf.substr(6, pos - 6));
+          for (const auto& t : chunk["choices"][0]["token_ids"]) streamed.push_back(t.get<int32_t>());
+        }
+        buf.erase(0, pos + 2);
+      }
+      return true;
+    };
+    cli.send(req);
+    stream_done = true;
+  });
+  while (n_tokens == 0 && !stream_done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::atomic<int> load_status{0};
+  std::thread loader([&] {
+    auto [st, j] = s.post("/v1/load_lora_adapter", json{{"lora_name", "a"}, {"lora_path", ad.b}, {"load_inplace", true}});
+    load_status = st;
+  });
+  // The name switches before the running stream ends.
+  bool switched = false;
+  for (int i = 0; i < 5000 && !switched && !stream_done; ++i) {
+    auto [st, j] = s.get("/v1/models");
+    switched = st == 200 && j["data"].size() == 2 && j["data"][1]["root"] == ad.b;
+    if (!switched) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  auto [c, r] = s.post("/v1/completions", completion("a", kTokens));
+  const bool stream_still_running = !stream_done;
+  loader.join();
+  streamer.join();
+  EXPECT_EQ(load_status, 200);
+  ASSERT_EQ(c, 200) << r.dump();
+  if (switched) expect_matches(served(r), ad.ref_b, "'a' after load_inplace of b's weights");
+  EXPECT_TRUE(switched && stream_still_running)
+      << "the stream ended before the switch could be observed; the test proves nothing (lengthen n_long)";
+  EXPECT_EQ(n_tokens, n_long);
+  ASSERT_GE(streamed.size(), ad.ref_a.ids.size());
+  EXPECT_EQ(std::vector<int32_t>(streamed.begin(), streamed.begin() + ptrdiff_t(ad.ref_a.ids.size())), ad.ref_a.ids)
+      << "the running request must finish on the old weights";
+  // The old weights' slot is free again: one more adapter fits beside 'a'.
+  auto [l, lj] = s.post("/v1/load_lora_adapter", json{{"lora_name", "c"}, {"lora_path", ad.a}});
+  EXPECT_EQ(l, 200) << lj.dump();
 }
