@@ -29,6 +29,7 @@
 #include "dist/ipc_bridge.h"
 #include "dist/weight_broadcast.h"
 #include "server/ipc_follow.h"
+#include "server/lora_registry.h"
 #include "server/weight_watch.h"
 #include "tokenizer/tokenizer.h"
 
@@ -53,6 +54,10 @@ struct Args {
   bool deterministic = false;
   uint64_t seed = 0;
   double drain_timeout_s = 300;
+  std::vector<std::string> lora_modules;  // NAME=DIR or {"name", "path"} (vLLM)
+  int max_loras = 0;                      // 0: max(1, number of modules)
+  int max_lora_rank = 0;                  // 0: max(16, the modules' largest r)
+  bool enable_lora = false, enable_lora_updates = false;
 };
 
 int run(Args a) {
@@ -122,6 +127,28 @@ int run(Args a) {
     if (!l.ok()) return cli::fail(cmd, l.status().with_context("--lora").message());
     lora = std::make_unique<LoraWeights>(std::move(l).value());
   }
+  // Adapters served by name (`model`), each in an engine slot; the registry outlives the engine.
+  std::unique_ptr<LoraRegistry> loras;
+  if (!a.lora_modules.empty() || a.enable_lora || a.enable_lora_updates || a.max_loras != 0) {
+    std::vector<LoraModule> mods;
+    for (const auto& m : a.lora_modules) {
+      auto pm = lora_module_parse(m);
+      if (!pm.ok()) return cli::fail(cmd, pm.status().message());
+      mods.push_back(pm.value());
+    }
+    if (a.max_loras < 0 || a.max_loras > 256) return cli::fail(cmd, "--max-loras must be in [1, 256]");
+    if (a.max_lora_rank < 0) return cli::fail(cmd, "--max-lora-rank must be >= 1");
+    LoraRegistryOptions lo;
+    lo.max_loras = a.max_loras > 0 ? a.max_loras : std::max<int>(1, int(mods.size()));
+    lo.max_lora_rank = a.max_lora_rank;
+    lo.base_name = so.served_model_name;
+    loras = std::make_unique<LoraRegistry>(weights.config, co.device, dt, lo);
+    if (Status ls = loras->load_initial(mods); !ls.ok()) return cli::fail(cmd, ls.message());
+  } else if (a.max_lora_rank != 0) {
+    return cli::fail(cmd, "--max-lora-rank sizes LoRA slots: add --lora-modules, --enable-lora or --enable-lora-updates");
+  }
+  so.enable_lora_updates = a.enable_lora_updates;
+  so.model_path = a.model;
   std::unique_ptr<Tokenizer> tok;
   auto t = Tokenizer::load(a.model);
   if (t.ok()) tok = std::make_unique<Tokenizer>(std::move(t).value());
@@ -137,9 +164,14 @@ int run(Args a) {
   EngineOptions eo = eo_r.value();
   eo.seed = a.seed;
   eo.lora = lora.get();
+  if (loras) {
+    eo.lora_slots = loras->engine_slots();
+    eo.max_lora_rank = std::max(loras->max_lora_rank(), lora ? lora->cfg.r : 0);
+  }
 
   Engine eng(ctx, weights, tok.get(), eo, nullptr, draft.value().get());
   EngineService svc(eng, ServiceOptions{so.max_queued_requests});
+  if (loras && a.enable_lora_updates) loras->attach(&svc);
   std::unique_ptr<WeightWatcher> watcher;
   if (!a.watch.empty()) {
     watcher = std::make_unique<WeightWatcher>(svc, eng, ctx, weights, lora.get(), WatchOptions{a.watch, a.watch_interval_s});
@@ -213,7 +245,7 @@ int run(Args a) {
     follower->poll();
     follower->start();
   }
-  HttpServer http(svc, tok.get(), so);
+  HttpServer http(svc, tok.get(), so, loras.get());
   std::signal(SIGTERM, on_stop_signal);
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGPIPE, SIG_IGN);  // a client that leaves mid-stream is a failed write, not a dead server
@@ -222,6 +254,10 @@ int run(Args a) {
   std::fprintf(stderr, "grpo serve: listening on http://%s:%d (model '%s', %s, %d KV blocks of %d, policy version %lld)\n",
                so.host.c_str(), http.port(), so.served_model_name.c_str(), device_name(co.device), eng.n_kv_blocks(),
                eo.block_size, (long long)svc.policy_version());
+  if (loras)
+    for (const auto& l : loras->list())
+      std::fprintf(stderr, "grpo serve: LoRA adapter '%s' (%s) in slot %d of %d\n", l.name.c_str(), l.path.c_str(), l.slot,
+                   loras->n_slots());
   std::fflush(stderr);
   while (g_signal == 0 && !(follower && follower->trainer_gone()) && !receiver_failed)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -287,6 +323,18 @@ cli::CommandRegistrar reg("serve", "Serve the model over an OpenAI- and vLLM-com
                   "Follow a run: load each new complete checkpoint of this directory (grpo train --out, or one "
                   "checkpoint/model directory) between requests");
   sub->add_option("--watch-interval", a->watch_interval_s, "Seconds between --watch scans");
+  sub->add_option("--lora-modules", a->lora_modules,
+                  "LoRA adapters served by name (vLLM): NAME=DIR or {\"name\": NAME, \"path\": DIR} ...; a request "
+                  "picks one with its `model` field")
+      ->expected(1, -1);
+  sub->add_option("--max-loras", a->max_loras,
+                  "LoRA adapter slots (resident adapters at once; default: max(1, number of --lora-modules))");
+  sub->add_option("--max-lora-rank", a->max_lora_rank,
+                  "Largest adapter rank the slots take (default: max(16, the largest --lora-modules rank))");
+  sub->add_flag("--enable-lora", a->enable_lora, "Give the engine LoRA slots (implied by --lora-modules)");
+  sub->add_flag("--enable-lora-updates", a->enable_lora_updates,
+                "Serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's "
+                "VLLM_ALLOW_RUNTIME_LORA_UPDATING)");
   sub->add_option("--seed", a->seed, "Engine seed for requests without a seed");
   cli::add_enum(sub, "--device", &a->device, cli::device_flag_names(), "Device");
   cli::add_enum(sub, "--dtype", &a->dtype, cli::engine_dtype_flag_names(), "Weights dtype", "f32 on cpu, bf16 on cuda");

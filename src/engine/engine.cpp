@@ -6,6 +6,7 @@
 
 #include "core/log.h"
 #include "core/timer.h"
+#include "model/lora.h"
 
 namespace grpo {
 
@@ -30,6 +31,7 @@ Status EngineOptions::validate() const {
     return bad("max_num_batched_tokens (" + std::to_string(max_num_batched_tokens) + ") must be >= max_num_seqs (" +
                std::to_string(max_num_seqs) + "), or running sequences could miss their decode steps");
   if (max_model_len < 0) return bad("max_model_len must be >= 0 (0 = the model's)");
+  if (max_lora_rank < 0) return bad("max_lora_rank must be >= 0 (0 = the largest given adapter's r)");
   if (cuda_graph_max_context < 0) return bad("cuda_graph_max_context must be >= 0 (0 = min(max_model_len, 2048))");
   for (int b : cuda_graph_batch_sizes)
     if (b < 1 || b > max_num_seqs)
@@ -95,6 +97,9 @@ Engine::Engine(Context& ctx, ModelWeights& w, const Tokenizer* tok, EngineOption
   EngineGeometry geo{n_blocks.value(), max_model_len_, kv_dtype};
   if (spec.enabled()) geo.max_logit_rows = opt_.max_num_seqs * (spec.num_speculative_tokens + 1);
   runner_ = std::make_unique<ModelRunner>(ctx_, w_, opt_, geo);
+  // Slot k's first adapter keeps the namespace k + 1; later ones take fresh salts.
+  for (size_t k = 0; k < opt_.lora_slots.size(); ++k) lora_salt_.push_back(uint64_t(k) + 1);
+  next_lora_salt_ = uint64_t(opt_.lora_slots.size()) + 1;
   if (spec.enabled()) adapt_ = std::make_unique<SpecAdaptive>(spec.num_speculative_tokens, spec.probe_every);
   if (draft) {
     const Status ok = spec_check_draft(w.config, draft->config, max_model_len_);
@@ -119,6 +124,28 @@ Status Engine::set_tandem_active(bool on) {
 }
 
 Engine::~Engine() = default;
+
+Status Engine::set_lora_slot(int slot, const LoraWeights* w) {
+  if (slot < 0 || slot >= int(opt_.lora_slots.size()))
+    return error_status("set_lora_slot: slot " + std::to_string(slot) + " is outside the engine's " +
+                        std::to_string(opt_.lora_slots.size()) + " LoRA slot(s) (EngineOptions::lora_slots)");
+  for (const auto& [id, s] : seqs_)
+    if (s->params.lora_slot == slot && s->prefix_salt == lora_salt_[size_t(slot)])
+      return error_status("set_lora_slot: request " + std::to_string(s->request_id) + " still runs on slot " +
+                          std::to_string(slot) + "; let it finish or abort it first");
+  if (w) {
+    if (w->dtype != w_.dtype || w->device != w_.device || int(w->layers.size()) != w_.config.n_layers)
+      return error_status(std::string("set_lora_slot: the adapter must have the weights' dtype (") +
+                          dtype_name(w_.dtype) + "), device and layer count (" + std::to_string(w_.config.n_layers) + ")");
+    if (w->cfg.r > runner_->lora_rank_capacity())
+      return error_status("set_lora_slot: the adapter's rank " + std::to_string(w->cfg.r) +
+                          " is above the engine's capacity of " + std::to_string(runner_->lora_rank_capacity()) +
+                          " (EngineOptions::max_lora_rank)");
+  }
+  opt_.lora_slots[size_t(slot)] = w;
+  lora_salt_[size_t(slot)] = next_lora_salt_++;
+  return ok_status();
+}
 
 Status Engine::check_request(const std::vector<int32_t>& prompt_ids, const SamplingParams& params) const {
   const int V = w_.config.vocab_size;
@@ -164,7 +191,7 @@ Result<int64_t> Engine::add_request(std::vector<int32_t> prompt_ids, const Sampl
     s->params = params;
     if (params.lora_slot >= 0) {
       s->lora = opt_.lora_slots[size_t(params.lora_slot)];
-      s->prefix_salt = uint64_t(params.lora_slot) + 1;
+      s->prefix_salt = lora_salt_[size_t(params.lora_slot)];
     } else {
       s->lora = opt_.lora;
     }

@@ -149,6 +149,13 @@ class Engine {
                                               const std::vector<SamplingParams>& params);
   // Drops every cached prefix (call after the weights change).
   void reset_prefix_cache() { blocks_->reset_prefix_cache(); }
+  // Puts adapter `w` (null: none) into LoRA slot `slot` (EngineOptions::lora_slots), for
+  // requests added from now on; the slot's prefix-cache namespace starts afresh, so K/V
+  // cached under the previous adapter is never matched again. Call between steps from the
+  // thread that drives the engine. Errors: slot out of range, an unfinished request still
+  // runs on the slot, or `w` does not fit (dtype, device, layers, rank above
+  // EngineOptions::max_lora_rank's capacity). `w` must outlive its use by the engine.
+  Status set_lora_slot(int slot, const LoraWeights* w);
   // Tandem engines: turns the partner on or off (off = the trained model alone, e.g. for
   // solo eval; the partner's pool is then not written, so the prefix cache is dropped).
   // Error when requests are unfinished or the engine has no partner.
@@ -204,6 +211,8 @@ class Engine {
   Tensor spec_p_;  // (max logit rows, V) f32: the target's processed distributions (speculative sampling)
   std::unordered_map<int64_t, std::unique_ptr<Sequence>> seqs_;
   std::unordered_map<int64_t, std::unique_ptr<Decoder>> decoders_;
+  std::vector<uint64_t> lora_salt_;  // per LoRA slot: the prefix-cache namespace of its current adapter
+  uint64_t next_lora_salt_ = 0;
   int64_t next_request_ = 0, next_seq_ = 0;
   EngineStats stats_;
 };

@@ -73,7 +73,11 @@ struct EngineOptions {
   // outlive the engine; same dtype and device as the weights). Rows are grouped by
   // adapter in each step; a slot's tensors may be rewritten in place between steps;
   // steps mixing adapters other than `lora` run eagerly (graphs hold `lora` on every row).
+  // A null entry is an empty slot that Engine::set_lora_slot can fill while the engine runs.
   std::vector<const LoraWeights*> lora_slots;
+  // The largest LoRA rank any adapter may have, now or loaded later (sizes the forward's
+  // scratch). 0: the largest rank among `lora` and `lora_slots`.
+  int max_lora_rank = 0;
   SpeculativeOptions speculative;              // [engine.speculative] (engine/speculative.h)
   // Bitwise on-policy logprobs (docs/bitwise.md): every sampled row's logprobs are
   // recomputed from its final hidden row by the trainer's own LM-head logprob kernel

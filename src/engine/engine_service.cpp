@@ -139,6 +139,18 @@ Result<std::vector<RequestOutput>> EngineService::generate(const std::vector<std
   return result;
 }
 
+Status EngineService::run_on_loop(std::function<Status(Engine&)> fn) {
+  auto done = std::make_shared<std::promise<Status>>();
+  std::future<Status> f = done->get_future();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stopping_ || loop_exited_) return error_status("the engine service is stopping");
+    tasks_.push_back(Task{std::move(fn), done});
+  }
+  cv_.notify_all();
+  return f.get();
+}
+
 void EngineService::pause_and_drain() {
   std::unique_lock<std::mutex> lk(mu_);
   paused_ = true;
@@ -262,10 +274,11 @@ void EngineService::loop() {
   std::vector<TokenEvent> evs;
   for (;;) {
     std::deque<Pending> take;
+    std::deque<Task> tasks;
     {
       std::unique_lock<std::mutex> lk(mu_);
       cv_.wait_for(lk, std::chrono::milliseconds(50), [&] {
-        return stopping_.load() || (!paused_ && !pending_.empty()) || !active_.empty() || paused_;
+        return stopping_.load() || (!paused_ && !pending_.empty()) || !active_.empty() || paused_ || !tasks_.empty();
       });
       if (paused_ && active_.empty()) {
         parked_ = true;
@@ -275,20 +288,12 @@ void EngineService::loop() {
         parked_ = false;
         continue;
       }
-      if (stopping_ && pending_.empty() && active_.empty()) break;
+      if (stopping_ && pending_.empty() && active_.empty() && tasks_.empty()) break;
       if (!paused_) {
         take.swap(pending_);
         gauges_.n_pending = 0;
       }
-    }
-    // Queued requests whose caller left are dropped; the rest join the engine's batch.
-    for (auto& p : take) {
-      const bool counted = p.counted;
-      admit(p);
-      if (counted && !active_.count(p.ch->request_id())) {
-        std::lock_guard<std::mutex> lk(mu_);
-        --n_counted_;
-      }
+      tasks.swap(tasks_);
     }
     // Callers that left: abort their requests (frees their KV blocks).
     for (auto it = active_.begin(); it != active_.end();) {
@@ -307,6 +312,18 @@ void EngineService::loop() {
         --n_counted_;
       }
       it = active_.erase(it);
+    }
+    // Tasks see the engine without the requests just aborted, and before the new ones.
+    for (auto& t : tasks) t.done->set_value(t.fn(engine_));
+    tasks.clear();
+    // Queued requests whose caller left are dropped; the rest join the engine's batch.
+    for (auto& p : take) {
+      const bool counted = p.counted;
+      admit(p);
+      if (counted && !active_.count(p.ch->request_id())) {
+        std::lock_guard<std::mutex> lk(mu_);
+        --n_counted_;
+      }
     }
     if (engine_.has_unfinished()) {
       evs.clear();

@@ -24,6 +24,8 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -124,6 +126,14 @@ class EngineService {
   // Drains admitted and queued requests and ends the loop thread. Idempotent.
   void stop();
 
+  // Runs fn(engine) on the loop thread between two steps, without draining: after the
+  // requests whose callers left have been aborted, before queued ones are admitted (so a
+  // request queued after this returns sees what fn did). Blocks until fn has run and
+  // returns its status; while the service is paused it runs after resume(). Error when
+  // the service is stopping. For small changes of engine state that the running requests
+  // do not depend on (an adapter put into a free slot).
+  Status run_on_loop(std::function<Status(Engine&)> fn);
+
   int64_t policy_version() const { return policy_version_; }
   // Call only while paused (the weights changed): later admissions carry `v`.
   void set_policy_version(int64_t v) { policy_version_ = v; }
@@ -162,6 +172,11 @@ class EngineService {
   std::condition_variable cv_;       // wakes the loop
   std::condition_variable idle_cv_;  // wakes pause_and_drain / stop
   std::deque<Pending> pending_;
+  struct Task {
+    std::function<Status(Engine&)> fn;
+    std::shared_ptr<std::promise<Status>> done;
+  };
+  std::deque<Task> tasks_;           // run_on_loop's, run by the loop thread
   int n_counted_ = 0;                // requests counting against max_queued_requests
   bool paused_ = false, parked_ = false;
   std::atomic<bool> stopping_{false};

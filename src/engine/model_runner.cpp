@@ -80,7 +80,7 @@ ModelRunner::ModelRunner(Context& ctx, const ModelWeights& w, const EngineOption
 
   cache_ = kv_cache_allocate(cfg, dev, geo.kv_dtype, geo.n_blocks, opt.block_size);
   rope_ = rope_table_build(cfg, dev, geo.max_model_len);
-  int lora_r = 0;
+  int lora_r = opt.max_lora_rank;
   std::vector<const LoraWeights*> adapters = opt.lora_slots;
   adapters.push_back(opt.lora);
   for (const LoraWeights* a : adapters) {

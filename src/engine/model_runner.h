@@ -87,6 +87,8 @@ class ModelRunner {
   void spec_verify_rows(const Tensor& P, const Tensor& Q, const std::vector<SpecVerifyRow>& rows,
                         std::vector<SpecVerifyResult>& out);
   Device device() const { return ctx_.device(); }
+  // The largest LoRA rank the forward's scratch holds (adapters set into slots later must fit).
+  int lora_rank_capacity() const { return scratch_.lora_r; }
   int vocab_size() const { return w_.config.vocab_size; }
 
   size_t kv_bytes_per_block() const { return cache_.bytes_per_block(); }

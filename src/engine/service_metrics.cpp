@@ -54,6 +54,11 @@ void Histogram::render(const std::string& name, const std::string& help, std::st
 ServiceMetrics::ServiceMetrics()
     : ttft_s(latency_buckets()), e2e_s(latency_buckets()), inter_token_s(latency_buckets()), queue_s(latency_buckets()) {}
 
+void ServiceMetrics::count_model(const std::string& model) {
+  std::lock_guard<std::mutex> lk(mu);
+  ++model_requests[model];
+}
+
 void ServiceMetrics::count_http(const std::string& endpoint, int status) {
   std::lock_guard<std::mutex> lk(mu);
   ++http_requests[{endpoint, status}];

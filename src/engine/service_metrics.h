@@ -33,6 +33,9 @@ struct ServiceMetrics {
   uint64_t requests_finished = 0, requests_aborted = 0, requests_failed = 0;
   std::map<std::string, uint64_t> finish_reasons;  // per sample
   std::map<std::pair<std::string, int>, uint64_t> http_requests;  // (endpoint, status)
+  std::map<std::string, uint64_t> model_requests;  // generation requests by the `model` they named
+
+  void count_model(const std::string& model);
 
   void count_http(const std::string& endpoint, int status);
 };

@@ -87,8 +87,8 @@ int ServerOptions::http_threads() const {
   return int(std::min<int64_t>(4096, int64_t(max_queued_requests) + kExtraHttpThreads));
 }
 
-HttpServer::HttpServer(EngineService& svc, const Tokenizer* tok, ServerOptions opt)
-    : svc_(svc), tok_(tok), opt_(std::move(opt)), http_(std::make_unique<ConnServer>()) {
+HttpServer::HttpServer(EngineService& svc, const Tokenizer* tok, ServerOptions opt, LoraRegistry* loras)
+    : svc_(svc), tok_(tok), opt_(std::move(opt)), loras_(loras), http_(std::make_unique<ConnServer>()) {
   started_at_ = int64_t(std::time(nullptr));
   // Every stream holds a worker for its whole life: with fewer workers than streams the
   // queue admits, the rest wait unserved in httplib's task queue.
@@ -211,11 +211,70 @@ void HttpServer::install_routes() {
     send_json(res, 200, json{{"status", "ok"}, {"policy_version", svc_.policy_version()}});
   });
 
+  // vLLM's model cards: the base (root = its path), then each adapter (root = its path,
+  // parent = the base's id, no max_model_len).
   s.Get("/v1/models", [this, model_name](const httplib::Request&, httplib::Response& res) {
-    json m{{"id", model_name}, {"object", "model"}, {"created", started_at_}, {"owned_by", "grpo.cpp"},
-           {"root", model_name}, {"parent", nullptr}, {"max_model_len", svc_.engine().max_model_len()}};
-    send_json(res, 200, json{{"object", "list"}, {"data", json::array({m})}, {"policy_version", svc_.policy_version()}});
+    const std::string root = opt_.model_path.empty() ? model_name : opt_.model_path;
+    json data = json::array();
+    data.push_back(json{{"id", model_name}, {"object", "model"}, {"created", started_at_}, {"owned_by", "grpo.cpp"},
+                        {"root", root}, {"parent", nullptr}, {"max_model_len", svc_.engine().max_model_len()}});
+    if (loras_)
+      for (const auto& a : loras_->list())
+        data.push_back(json{{"id", a.name}, {"object", "model"}, {"created", a.created}, {"owned_by", "grpo.cpp"},
+                            {"root", a.path}, {"parent", model_name}, {"max_model_len", nullptr}});
+    send_json(res, 200, json{{"object", "list"}, {"data", data}, {"policy_version", svc_.policy_version()}});
   });
+
+  // vLLM's runtime adapter updates (VLLM_ALLOW_RUNTIME_LORA_UPDATING): plain-text "Success: ..."
+  // on 200, vLLM's error types otherwise.
+  auto lora_update = [this, model_name](bool load) {
+    return [this, model_name, load](const httplib::Request& req, httplib::Response& res) {
+      const std::string endpoint = req.path;
+      auto fail = [&](int status, const std::string& type, const std::string& msg, const std::string& param) {
+        send_error(res, ApiError{status, msg, type, param, ""});
+        svc_.metrics().count_http(endpoint, status);
+      };
+      if (!opt_.enable_lora_updates || !loras_)
+        return fail(404, "NotFoundError",
+                    "runtime LoRA updates are off: start grpo serve with --enable-lora-updates (vLLM: "
+                    "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)",
+                    "");
+      if (draining_ || svc_.stopping()) return fail(503, "server_error", "the server is shutting down", "");
+      ApiError err;
+      json j = parse_body(req.body, &err);
+      if (j.is_null()) return fail(400, "InvalidUserInput", err.message, "");
+      auto str = [&](const char* k) {
+        auto it = j.find(k);
+        return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+      };
+      const std::string name = str("lora_name"), path = str("lora_path");
+      if (load && (name.empty() || path.empty()))
+        return fail(400, "InvalidUserInput", "Both 'lora_name' and 'lora_path' must be provided.",
+                    name.empty() ? "lora_name" : "lora_path");
+      if (!load && name.empty())
+        return fail(400, "InvalidUserInput", "'lora_name' needs to be provided to unload a LoRA adapter.", "lora_name");
+      bool inplace = false;
+      if (auto it = j.find("load_inplace"); load && it != j.end() && !it->is_null()) {
+        if (!it->is_boolean()) return fail(400, "InvalidUserInput", "'load_inplace' must be true or false", "load_inplace");
+        inplace = it->get<bool>();
+      }
+      if (name == model_name)
+        return fail(400, "InvalidUserInput", "'" + name + "' is the base model's name, not a LoRA adapter", "lora_name");
+      LoraOpError why = LoraOpError::none;
+      Status st = load ? loras_->load(name, path, inplace, &why) : loras_->unload(name, &why);
+      if (!st.ok()) {
+        const bool nf = why == LoraOpError::not_found;
+        return fail(nf ? 404 : 400, nf ? "NotFoundError" : load ? "BadRequestError" : "InvalidUserInput",
+                    st.message(), load ? (nf ? "lora_path" : "") : "lora_name");
+      }
+      res.status = 200;
+      res.set_content("Success: LoRA adapter '" + name + (load ? "' added successfully." : "' removed successfully."),
+                      "text/plain");
+      svc_.metrics().count_http(endpoint, 200);
+    };
+  };
+  s.Post("/v1/load_lora_adapter", lora_update(true));
+  s.Post("/v1/unload_lora_adapter", lora_update(false));
 
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     const ServiceGauges g = svc_.gauges();
@@ -251,11 +310,25 @@ void HttpServer::install_routes() {
              "# TYPE grpo_request_success_total counter\n";
       for (const auto& [r, n] : m.finish_reasons)
         out += "grpo_request_success_total{finished_reason=\"" + prometheus_label(r) + "\"} " + std::to_string(n) + "\n";
+      out += "# HELP grpo_requests_by_model_total Generation requests accepted, by the model they named (base or adapter).\n"
+             "# TYPE grpo_requests_by_model_total counter\n";
+      for (const auto& [k, n] : m.model_requests)
+        out += "grpo_requests_by_model_total{model=\"" + prometheus_label(k) + "\"} " + std::to_string(n) + "\n";
       out += "# HELP grpo_http_requests_total HTTP requests by endpoint and status.\n"
              "# TYPE grpo_http_requests_total counter\n";
       for (const auto& [k, n] : m.http_requests)
         out += "grpo_http_requests_total{endpoint=\"" + prometheus_label(k.first) + "\",status=\"" +
                std::to_string(k.second) + "\"} " + std::to_string(n) + "\n";
+    }
+    if (loras_) {
+      const auto list = loras_->list();
+      gauge("grpo_lora_slots_total", "LoRA adapter slots of the engine (--max-loras).", loras_->n_slots());
+      gauge("grpo_lora_adapters_loaded", "LoRA adapters served by name.", double(list.size()));
+      out += "# HELP grpo_lora_requests_in_flight Requests running or queued on each LoRA adapter.\n"
+             "# TYPE grpo_lora_requests_in_flight gauge\n";
+      for (const auto& a : list)
+        out += "grpo_lora_requests_in_flight{model=\"" + prometheus_label(a.name) + "\"} " +
+               std::to_string(a.n_in_flight) + "\n";
     }
     m.ttft_s.render("grpo_time_to_first_token_seconds", "Submission to first token, per sample.", out);
     m.inter_token_s.render("grpo_inter_token_latency_seconds", "Time between consecutive tokens of a sample.", out);
@@ -352,9 +425,21 @@ void HttpServer::install_routes() {
       if (kind == ApiKind::completion) perr = parse_completion_request(j, tok_, lim, *g);
       else if (kind == ApiKind::chat) perr = parse_chat_request(j, tok_, opt_.chat_template, lim, *g);
       else perr = parse_generate_request(j, tok_, lim, *g);
-      if (!perr && !g->model.empty() && g->model != model_name)
-        perr = ApiError{404, "the model '" + g->model + "' does not exist; this server serves '" + model_name + "'",
-                        "invalid_request_error", "model", "model_not_found"};
+      // `model`: the base's name (or none) = the default adapter; an adapter's name = its
+      // slot, held until the answer is complete (an unload waits for it).
+      std::shared_ptr<LoraRegistry::Lease> lease;
+      if (!perr && !g->model.empty() && g->model != model_name) {
+        if (auto l = loras_ ? loras_->acquire(g->model) : std::nullopt) {
+          lease = std::make_shared<LoraRegistry::Lease>(std::move(*l));
+          g->params.lora_slot = lease->slot();
+        } else {
+          std::string names = "'" + model_name + "'";
+          if (loras_)
+            for (const auto& a : loras_->list()) names += ", '" + a.name + "'";
+          perr = ApiError{404, "the model '" + g->model + "' does not exist; this server serves " + names,
+                          "invalid_request_error", "model", "model_not_found"};
+        }
+      }
       if (perr) {
         send_error(res, *perr);
         return finish(perr->status);
@@ -383,7 +468,8 @@ void HttpServer::install_routes() {
       std::snprintf(idbuf, sizeof(idbuf), "%s%llx%06llx", prefix, (unsigned long long)started_at_,
                     (unsigned long long)next_id_++);
       meta.id = idbuf;
-      meta.model = model_name;
+      meta.model = g->model.empty() ? model_name : g->model;
+      svc_.metrics().count_model(meta.model);
       meta.created = int64_t(std::time(nullptr));
 
       if (!g->stream) {
@@ -440,7 +526,7 @@ void HttpServer::install_routes() {
       auto state = std::make_shared<std::vector<std::shared_ptr<RequestChannel>>>(chans);
       res.set_chunked_content_provider(
           "text/event-stream",
-          [this, g, state, meta, kind, count](size_t, httplib::DataSink& sink) {
+          [this, g, state, meta, kind, count, lease](size_t, httplib::DataSink& sink) {
             auto write = [&](const json& j) {
               const std::string s = "data: " + dump_json(j) + "\n\n";
               return sink.write(s.data(), s.size());
@@ -522,7 +608,7 @@ void HttpServer::install_routes() {
             sink.done();
             return true;
           },
-          [state, count](bool success) {
+          [state, count, lease](bool success) {
             if (!success)
               for (auto& c : *state) c->cancel();
           });

@@ -1,6 +1,7 @@
 // The HTTP front of an EngineService: OpenAI- and vLLM-compatible endpoints
 // (/v1/completions, /v1/chat/completions, /generate, /tokenize, /detokenize,
-// /v1/models, /health, /metrics; see docs/serve.md), with an optional bearer key,
+// /v1/models, /health, /metrics, and with LoRA updates on /v1/load_lora_adapter and
+// /v1/unload_lora_adapter; see docs/serve.md), with an optional bearer key,
 // request limits, a bounded worker pool and socket timeouts.
 //
 // Workers parse and validate, submit to the service and wait on the request's
@@ -17,6 +18,7 @@
 
 #include "core/status.h"
 #include "engine/engine_service.h"
+#include "server/lora_registry.h"
 #include "tokenizer/tokenizer.h"
 
 namespace httplib {
@@ -30,6 +32,8 @@ struct ServerOptions {
   int port = 8000;                  // 0: any free port (see HttpServer::port())
   std::string api_key;              // non-empty: every endpoint but /health needs "Authorization: Bearer <key>"
   std::string served_model_name;    // the `model` clients name; empty: the model directory's name
+  std::string model_path;           // the base's `root` in /v1/models (vLLM: the model path); empty: the name
+  bool enable_lora_updates = false; // POST /v1/load_lora_adapter, /v1/unload_lora_adapter (needs a LoraRegistry)
   std::string chat_template;        // Jinja source overriding the tokenizer's
   size_t max_body_bytes = size_t(4) << 20;  // larger bodies: 413
   int max_prompt_tokens = 0;        // 0: the model's context length is the limit
@@ -53,8 +57,9 @@ struct ServerOptions {
 
 class HttpServer {
  public:
-  // svc and tok (may be null: ids only) must outlive the server.
-  HttpServer(EngineService& svc, const Tokenizer* tok, ServerOptions opt);
+  // svc, tok (may be null: ids only) and loras (may be null: no adapters by name) must
+  // outlive the server. With loras, `model` may name one of its adapters.
+  HttpServer(EngineService& svc, const Tokenizer* tok, ServerOptions opt, LoraRegistry* loras = nullptr);
   ~HttpServer();
 
   // Binds the socket (port 0: any free port) and serves on a background thread.
@@ -71,6 +76,7 @@ class HttpServer {
   EngineService& svc_;
   const Tokenizer* tok_;
   ServerOptions opt_;
+  LoraRegistry* loras_ = nullptr;
   std::unique_ptr<httplib::Server> http_;
   std::thread thread_;
   int port_ = 0;

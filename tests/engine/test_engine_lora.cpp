@@ -166,6 +166,55 @@ TEST(EngineLora, PerRequestSlotsEqualTheirMergedModels) {
   EXPECT_NE(e.status().message().find("2 LoRA adapter slot"), std::string::npos) << e.status().message();
 }
 
+// Slots filled and emptied while the engine runs (what grpo serve's runtime adapter
+// loading does between steps): an empty slot refuses requests, set_lora_slot fills it
+// (rank up to max_lora_rank), refuses while a request runs on the slot, and the next
+// adapter in the slot gets a fresh prefix-cache namespace (no hits on the previous one's K/V).
+TEST(EngineLora, SetLoraSlotFillsAndEmptiesSlotsBetweenSteps) {
+  ModelWeights& base = stories().w;
+  ContextOptions co;
+  Context c1(co), c2(co);
+  LoraWeights a = random_adapter(base.config, 1), b = random_adapter(base.config, 2);
+  EngineOptions eo = opts(false);
+  eo.lora_slots = {nullptr};
+  eo.max_lora_rank = a.cfg.r;
+  Engine eng(c1, base, nullptr, eo);
+  const std::vector<int32_t> prompt = {1, 40, 77, 12, 300, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18};
+  SamplingParams p = greedy(12);
+  p.lora_slot = 0;
+  auto empty = eng.add_request(prompt, p);
+  ASSERT_FALSE(empty.ok());
+  EXPECT_NE(empty.status().message().find("load the adapter first"), std::string::npos) << empty.status().message();
+  ASSERT_TRUE(eng.set_lora_slot(0, &a).ok());
+  auto rid = eng.add_request(prompt, p);
+  ASSERT_TRUE(rid.ok()) << rid.status().message();
+  eng.step();
+  Status busy = eng.set_lora_slot(0, &b);
+  ASSERT_FALSE(busy.ok());
+  EXPECT_NE(busy.message().find("still runs on slot 0"), std::string::npos) << busy.message();
+  std::vector<RequestOutput> got_a;
+  while (eng.has_unfinished())
+    for (auto& o : eng.step()) got_a.push_back(o);
+  EXPECT_NE(eng.set_lora_slot(1, &b).message().find("outside the engine's 1 LoRA slot"), std::string::npos);
+  LoraConfig big;
+  big.r = a.cfg.r * 2;
+  LoraWeights wide = lora_allocate(base.config, big, Device::cpu, DType::f32);
+  EXPECT_NE(eng.set_lora_slot(0, &wide).message().find("above the engine's capacity"), std::string::npos);
+  ASSERT_TRUE(eng.set_lora_slot(0, &b).ok());
+  auto got_b = eng.generate({prompt}, p);
+  ASSERT_TRUE(got_b.ok()) << got_b.status().message();
+  EXPECT_EQ(got_b.value()[0].telemetry.prefix_hit_tokens, 0) << "b matched K/V that a computed";
+  ASSERT_TRUE(eng.set_lora_slot(0, nullptr).ok());
+  EXPECT_FALSE(eng.add_request(prompt, p).ok());
+  for (const LoraWeights* w : {&a, &b}) {
+    ModelWeights m = merged_copy(base, *w, Device::cpu, DType::f32);
+    Engine ref(c2, m, nullptr, opts(false));
+    auto r = ref.generate({prompt}, greedy(12));
+    ASSERT_TRUE(r.ok());
+    expect_same(w == &a ? got_a : got_b.value(), r.value(), 3e-5, w == &a ? "a" : "b");
+  }
+}
+
 TEST(EngineLoraCuda, MatchesMergedEagerAndGraphsAndSwapsInPlace) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const ModelWeights& hbase = stories().w;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Starts `grpo serve` on the tiny demo model (models/arith-tiny, given a chat
-# template that renders each message as its content plus "\n"), once open and
-# once with --api-key, and runs the real-client tests against it: the OpenAI
+# template that renders each message as its content plus "\n"), once open (with
+# a random LoRA adapter served by name, --lora-modules), once with --api-key and
+# once on the adapter merged into the model (the adapter's reference), and runs the real-client tests against it: the OpenAI
 # Node client (tests/server/clients/openai_client.test.mjs), Python requests on
 # /generate, /tokenize, /detokenize (tests/server/clients/test_generate.py),
 # Python http.client on `grpo api`'s GET /status-env with a body
@@ -67,6 +68,41 @@ cfg["chat_template"] = "{% for message in messages %}{{ message['content'] }}{{ 
 json.dump(cfg, open(sys.argv[2], "w"), indent=1)
 EOF
 
+# A LoRA adapter for the served model (random A and B on q_proj and v_proj, PEFT's
+# files), served by name on the main server; a third server serves the merged model
+# (grpo merge-lora) alone, the reference for the adapter's answers.
+ADAPTER="$TMP/tiny-lora"
+"$PY" - "$MODEL/config.json" "$ADAPTER" <<'EOF'
+import json, os, random, struct, sys
+cfg = json.load(open(sys.argv[1]))
+out = sys.argv[2]
+os.makedirs(out)
+C, H, KV = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+D = cfg.get("head_dim") or C // H
+r, rng = 4, random.Random(7)
+tensors = []
+for l in range(cfg["num_hidden_layers"]):
+    for proj, n_out in (("q_proj", H * D), ("v_proj", KV * D)):
+        for ab, shape in (("A", (r, C)), ("B", (n_out, r))):
+            sd = 0.6 / shape[1] ** 0.5
+            vals = [rng.gauss(0.0, sd) for _ in range(shape[0] * shape[1])]
+            tensors.append((f"base_model.model.model.layers.{l}.self_attn.{proj}.lora_{ab}.weight", shape, vals))
+header, blob = {}, b""
+for name, shape, vals in tensors:
+    data = struct.pack(f"<{len(vals)}f", *vals)
+    header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [len(blob), len(blob) + len(data)]}
+    blob += data
+h = json.dumps(header).encode()
+h += b" " * (-len(h) % 8)
+with open(os.path.join(out, "adapter_model.safetensors"), "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h + blob)
+json.dump({"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": r, "lora_alpha": 2 * r, "lora_dropout": 0.0,
+           "target_modules": ["q_proj", "v_proj"], "bias": "none", "use_rslora": False, "use_dora": False,
+           "base_model_name_or_path": "arith-tiny"}, open(os.path.join(out, "adapter_config.json"), "w"))
+EOF
+"$GRPO" merge-lora --model "$MODEL" --lora "$ADAPTER" --out "$TMP/merged" >/dev/null 2>"$TMP/merge.log" ||
+  { echo "grpo merge-lora failed:" >&2; cat "$TMP/merge.log" >&2; exit 1; }
+
 MAX_BODY=65536
 # Two servers share the GPU: a fixed KV pool each, not gpu_memory_utilization of the whole card.
 DEVICE_FLAGS=()
@@ -75,7 +111,7 @@ DEVICE_FLAGS=()
 # on" line; sets SERVER_URL and SERVER_PID (no subshell, so PIDS keeps it).
 start_server() {
   local log="$1"; shift
-  "$GRPO" serve --model "$MODEL" --device "$DEVICE" --host 127.0.0.1 --port 0 --max-body-bytes "$MAX_BODY" \
+  "$GRPO" serve --model "${SERVE_MODEL:-$MODEL}" --device "$DEVICE" --host 127.0.0.1 --port 0 --max-body-bytes "$MAX_BODY" \
     --max-prompt-tokens 512 --max-tokens-limit 64 --max-n 8 --max-queued-requests 256 --read-timeout 3 \
     "${DEVICE_FLAGS[@]}" "$@" 2>"$log" >/dev/null &
   SERVER_PID=$!
@@ -91,13 +127,16 @@ start_server() {
   SERVER_URL="$url"
 }
 
-start_server "$TMP/serve.log"
+start_server "$TMP/serve.log" --lora-modules "tiny-lora=$ADAPTER" --max-loras 2 --enable-lora-updates
 URL="$SERVER_URL" MAIN_PID=$SERVER_PID
+SERVE_MODEL="$TMP/merged" start_server "$TMP/serve-merged.log" --served-model-name merged
+MERGED_URL="$SERVER_URL"
 KEY="grpo-test-key-$$"
 start_server "$TMP/serve-auth.log" --api-key "$KEY"
 AUTH_URL="$SERVER_URL"
 echo "grpo serve ($DEVICE): $URL, with --api-key: $AUTH_URL"
 export GRPO_SERVE_URL="$URL" GRPO_SERVE_MODEL_DIR="$MODEL" GRPO_SERVE_AUTH_URL="$AUTH_URL" GRPO_SERVE_AUTH_KEY="$KEY"
+export GRPO_SERVE_LORA_NAME=tiny-lora GRPO_SERVE_LORA_DIR="$ADAPTER" GRPO_SERVE_MERGED_URL="$MERGED_URL"
 
 failed=()
 run_part() {

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <regex>
 #include <thread>
 
@@ -97,4 +98,41 @@ TEST(ServeCli, PortZeroIsPrintedAndSigtermDrainsInFlightRequests) {
   EXPECT_EQ(n_chunks, kTokens) << "the in-flight stream was cut";
   EXPECT_TRUE(got_done);
   EXPECT_NE(seen.find("draining"), std::string::npos) << seen;
+}
+
+// Bad --lora-modules values end the start with a message naming the value (or the
+// adapter's directory and what does not match), before anything listens.
+TEST(ServeCli, BadLoraModulesFailAtStartWithTheirName) {
+  const std::string missing = std::string(::testing::TempDir()) + "/grpo-no-such-adapter";
+  // A PEFT config whose tensors are absent: the error names the file it could not read.
+  const std::string empty_adapter = std::string(::testing::TempDir()) + "/grpo-empty-adapter";
+  std::filesystem::create_directories(empty_adapter);
+  {
+    std::FILE* f = std::fopen((empty_adapter + "/adapter_config.json").c_str(), "w");
+    ASSERT_TRUE(f);
+    std::fputs(R"({"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["q_proj"]})", f);
+    std::fclose(f);
+  }
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--lora-modules", "noequals"}, "--lora-modules 'noequals': no '='"},
+      {{"--lora-modules", "{\"name\": \"x\"}"}, "'path' (a string) is missing"},
+      {{"--lora-modules", "a=" + missing}, "No adapter found for " + missing},
+      {{"--lora-modules", "a=" + empty_adapter}, "LoRA adapter 'a' (" + empty_adapter + ")"},
+      {{"--lora-modules", "arith-tiny=" + empty_adapter}, "base model's served name"},
+      {{"--lora-modules", "a=" + missing, "b=" + missing, "--max-loras", "1"}, "--max-loras is 1"},
+  };
+  for (const auto& [extra, want] : cases) {
+    std::vector<std::string> args = {GRPO_BINARY_PATH, "serve", "--model", arith_dir(), "--port", "0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    Child c = spawn(args);
+    std::string seen;
+    char line[2048];
+    while (std::fgets(line, sizeof line, c.err)) seen += line;
+    std::fclose(c.err);
+    int wst = 0;
+    ASSERT_EQ(waitpid(c.pid, &wst, 0), c.pid);
+    EXPECT_TRUE(WIFEXITED(wst) && WEXITSTATUS(wst) != 0) << extra[1] << ": " << seen;
+    EXPECT_NE(seen.find(want), std::string::npos) << extra[1] << ": " << seen;
+    EXPECT_EQ(seen.find("listening on"), std::string::npos) << seen;
+  }
 }

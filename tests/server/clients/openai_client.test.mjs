@@ -289,3 +289,73 @@ test('api key: 401 without or with a wrong bearer token, 200 with the right one'
     assert.equal(typeof body.error?.message, 'string', `${path}: 401 carries an OpenAI error object`);
   }
 });
+
+// The main server serves a random LoRA adapter by name (--lora-modules NAME=DIR) and a
+// third server the same adapter merged into the model (grpo merge-lora), served alone:
+// `model: NAME` must answer as the merged model does.
+const LORA_NAME = process.env.GRPO_SERVE_LORA_NAME;
+const LORA_DIR = process.env.GRPO_SERVE_LORA_DIR;
+const MERGED_URL = process.env.GRPO_SERVE_MERGED_URL?.replace(/\/$/, '');
+
+test('LoRA: model selects an adapter, whose answers equal the merged model served alone', { skip: !(LORA_NAME && MERGED_URL) && 'GRPO_SERVE_LORA_NAME / GRPO_SERVE_MERGED_URL not set' }, async () => {
+  const cards = (await client.models.list()).data;
+  const card = cards.find((m) => m.id === LORA_NAME);
+  assert.ok(card, `GET /v1/models lists the adapter: ${JSON.stringify(cards)}`);
+  assert.equal(card.parent, model);
+  if (LORA_DIR) assert.equal(card.root, LORA_DIR);
+  const merged = new OpenAI({ baseURL: `${MERGED_URL}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 60_000 });
+  const mergedModel = (await merged.models.list()).data[0].id;
+  const args = { prompt: [PROMPT, PROMPT2], max_tokens: 16, temperature: 0, logprobs: 1 };
+  const [lora, ref, base] = await Promise.all([
+    client.completions.create({ ...args, model: LORA_NAME }),
+    merged.completions.create({ ...args, model: mergedModel }),
+    client.completions.create({ ...args, model }),
+  ]);
+  assert.equal(lora.model, LORA_NAME, 'the response names the adapter asked for');
+  assert.equal(base.model, model);
+  let differs = false;
+  for (let i = 0; i < 2; ++i) {
+    const a = lora.choices[i], r = ref.choices[i];
+    assert.equal(a.text, r.text, `prompt ${i}: adapter vs merged model`);
+    assert.equal(a.logprobs.token_logprobs.length, r.logprobs.token_logprobs.length);
+    a.logprobs.token_logprobs.forEach((lp, t) =>
+      assert.ok(Math.abs(lp - r.logprobs.token_logprobs[t]) <= 1e-3 * (1 + Math.abs(lp)), `prompt ${i} token ${t}: ${lp} vs ${r.logprobs.token_logprobs[t]}`));
+    differs ||= a.text !== base.choices[i].text ||
+      a.logprobs.token_logprobs.some((lp, t) => Math.abs(lp - (base.choices[i].logprobs.token_logprobs[t] ?? 0)) > 1e-3);
+  }
+  assert.ok(differs, 'the adapter changes the answers (else this test proves nothing)');
+  const chat = await client.chat.completions.create({ model: LORA_NAME, messages: [{ role: 'user', content: QUESTION }], max_tokens: 8, temperature: 0 });
+  const chatRef = await merged.chat.completions.create({ model: mergedModel, messages: [{ role: 'user', content: QUESTION }], max_tokens: 8, temperature: 0 });
+  assert.equal(chat.model, LORA_NAME);
+  assert.equal(chat.choices[0].message.content, chatRef.choices[0].message.content);
+  await expectApiError(client.completions.create({ model: `${LORA_NAME}-missing`, prompt: PROMPT, max_tokens: 4 }), 404, 'model');
+});
+
+test('LoRA: runtime load and unload (vLLM\'s endpoints) add and remove a model name', { skip: !(LORA_NAME && LORA_DIR) && 'GRPO_SERVE_LORA_NAME / GRPO_SERVE_LORA_DIR not set' }, async () => {
+  const post = async (path, body) => {
+    const res = await fetch(`${URL}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...authHeader() }, body: JSON.stringify(body) });
+    return { status: res.status, text: await res.text() };
+  };
+  const name = `${LORA_NAME}-again`;
+  const loaded = await post('/v1/load_lora_adapter', { lora_name: name, lora_path: LORA_DIR });
+  assert.equal(loaded.status, 200, loaded.text);
+  assert.equal(loaded.text, `Success: LoRA adapter '${name}' added successfully.`);
+  assert.ok((await client.models.list()).data.some((m) => m.id === name && m.parent === model));
+  const args = { prompt: PROMPT, max_tokens: 12, temperature: 0, logprobs: 0 };
+  const [a, b] = await Promise.all([client.completions.create({ ...args, model: name }),
+                                    client.completions.create({ ...args, model: LORA_NAME })]);
+  assert.equal(a.model, name);
+  assert.equal(a.choices[0].text, b.choices[0].text, 'the same adapter directory under two names answers the same');
+  const again = await post('/v1/load_lora_adapter', { lora_name: name, lora_path: LORA_DIR });
+  assert.equal(again.status, 400);
+  assert.match(JSON.parse(again.text).error.message, /has already been loaded/);
+  const full = await post('/v1/load_lora_adapter', { lora_name: `${name}-2`, lora_path: LORA_DIR });
+  assert.equal(full.status, 400, 'both slots (--max-loras 2) hold adapters');
+  const removed = await post('/v1/unload_lora_adapter', { lora_name: name });
+  assert.equal(removed.status, 200, removed.text);
+  assert.equal(removed.text, `Success: LoRA adapter '${name}' removed successfully.`);
+  await expectApiError(client.completions.create({ ...args, model: name }), 404, 'model');
+  const gone = await post('/v1/unload_lora_adapter', { lora_name: name });
+  assert.equal(gone.status, 404);
+  assert.match(JSON.parse(gone.text).error.message, /cannot be found/);
+});
