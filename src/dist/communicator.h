@@ -34,6 +34,11 @@ class Communicator {
   // This rank ended its run normally (after its last collective): tells peers that
   // watch its liveness (dist/peer_watch.h) that its exit is not a failure.
   virtual void finish() {}
+  // Weight bridge (dist/peer_watch.h): the root announces a collective to the other
+  // ranks on the host side; a rank waits for the announcement before entering it.
+  // No-ops without liveness links (MPI, one rank).
+  virtual void notify_peers() {}
+  virtual Status wait_notice(double timeout_s) { (void)timeout_s; return ok_status(); }
   // In place: t (f32, contiguous, on the communicator's device) becomes the
   // sum over ranks. Enqueued on ctx's stream for NCCL; done on return for MPI.
   virtual Status all_reduce_sum(Context& ctx, Tensor& t) = 0;

@@ -55,6 +55,10 @@ class NcclCommunicator final : public Communicator {
   void finish() override {
     if (watch_) watch_->finish();
   }
+  void notify_peers() override {
+    if (watch_) watch_->notify();
+  }
+  Status wait_notice(double timeout_s) override { return watch_ ? watch_->wait_notice(timeout_s) : ok_status(); }
 
   Status all_reduce_sum(Context& ctx, Tensor& t) override {
     if (t.device != Device::cuda || t.dtype != DType::f32)

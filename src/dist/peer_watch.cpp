@@ -5,7 +5,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 
 #include "core/check.h"
 
@@ -13,6 +15,7 @@ namespace grpo {
 
 namespace {
 constexpr char kGoodbye = 'B';
+constexpr char kNotice = 'U';
 constexpr int kPollMs = 100;
 }  // namespace
 
@@ -38,9 +41,29 @@ void PeerWatch::finish() {
   for (int fd : fds_) (void)::send(fd, &kGoodbye, 1, MSG_NOSIGNAL);  // a peer already gone: nothing to tell
 }
 
+void PeerWatch::notify() {
+  for (int fd : fds_) (void)::send(fd, &kNotice, 1, MSG_NOSIGNAL);
+}
+
+Status PeerWatch::wait_notice(double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(int64_t(std::min(timeout_s, 1e9) * 1000));  // no overflow
+  std::unique_lock<std::mutex> lk(mu_);
+  cv_.wait_until(lk, deadline, [&] { return taken_ < notices_ || !lost_.empty(); });
+  if (taken_ < notices_) {
+    ++taken_;
+    return ok_status();
+  }
+  if (!lost_.empty()) return error_status(lost_);
+  return error_status("no update notice within " + std::to_string(int64_t(timeout_s)) + " s");
+}
+
 void PeerWatch::mark_lost(const std::string& why) {
-  std::lock_guard<std::mutex> lk(mu_);
-  if (lost_.empty()) lost_ = why;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (lost_.empty()) lost_ = why;
+  }
+  cv_.notify_all();
 }
 
 void PeerWatch::run() {
@@ -66,6 +89,13 @@ void PeerWatch::run() {
       if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
       if (k == 1) {
         if (b == kGoodbye) done_[i] = 1;
+        if (b == kNotice) {
+          {
+            std::lock_guard<std::mutex> lk(mu_);
+            ++notices_;
+          }
+          cv_.notify_all();
+        }
         continue;  // read on until the peer closes
       }
       open[i] = 0;  // end-of-file or a reset

@@ -15,10 +15,13 @@
 // a collective and aborts with that reason (nccl_communicator.cpp).
 #pragma once
 #include <atomic>
+#include <condition_variable>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "core/status.h"
 
 namespace grpo {
 
@@ -38,6 +41,15 @@ class PeerWatch {
   std::string lost() const;
   // This process ended normally: a goodbye to every peer still connected.
   void finish();
+  // The NCCL weight bridge's update notice: the trainer tells every server that a
+  // collective follows, so that a server waits for it on the host (wait_notice)
+  // rather than inside a pending NCCL collective, which would block every
+  // whole-device synchronisation of its engine while it serves (a deadlock: the
+  // trainer waits for the server's rollouts before its next update).
+  void notify();
+  // Blocks until one notice more than already taken has arrived (ok), the run is
+  // lost (its reason) or timeout_s passes.
+  Status wait_notice(double timeout_s);
 
  private:
   void run();
@@ -50,7 +62,9 @@ class PeerWatch {
   std::atomic<bool> stop_{false};
   std::atomic<bool> finished_{false};
   mutable std::mutex mu_;
+  std::condition_variable cv_;
   std::string lost_;
+  int64_t notices_ = 0, taken_ = 0;
   std::thread thread_;
 };
 

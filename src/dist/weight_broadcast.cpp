@@ -262,6 +262,7 @@ Status WeightBroadcaster::publish(Context& ctx, int64_t version) {
   const double t0 = now_seconds();
   double hdr[kHeader] = {kMagic, double(version), double(plan_.kind), double(plan_.buckets.size()),
                          double(plan_.total_bytes)};
+  comm_.notify_peers();  // the servers wait for this on the host, not inside the collective
   Status st = comm_.all_reduce_host(std::span<double>(hdr, kHeader), HostReduce::max);
   if (!st.ok()) return fail(st.with_context("header of version " + std::to_string(version)));
   char* base = static_cast<char*>(arena_.data);
@@ -284,6 +285,7 @@ Status WeightBroadcaster::publish(Context& ctx, int64_t version) {
 Status WeightBroadcaster::finish() {
   if (stats_.down) return ok_status();
   double hdr[kHeader] = {kMagic, -1, double(plan_.kind), 0, 0};
+  comm_.notify_peers();
   Status st = comm_.all_reduce_host(std::span<double>(hdr, kHeader), HostReduce::max);
   if (!st.ok()) return fail(st.with_context("final header"));
   comm_.finish();
@@ -296,6 +298,9 @@ WeightReceiver::WeightReceiver(Communicator& comm, Tensor arena, TransferPlan pl
 Result<int64_t> WeightReceiver::wait_header() {
   GRPO_CHECK_MSG(pending_ == -2, "wait_header twice without receive()");
   // The root's header wins the max; receivers contribute the lowest double.
+  // Wait on the host for the trainer's notice: a pending NCCL collective would stall
+  // every whole-device synchronisation of the engine serving meanwhile.
+  GRPO_TRY(comm_.wait_notice(1e9).with_context("weight bridge: waiting for the trainer's next update"));
   double hdr[kHeader];
   std::fill(hdr, hdr + kHeader, std::numeric_limits<double>::lowest());
   GRPO_TRY(comm_.all_reduce_host(std::span<double>(hdr, kHeader), HostReduce::max).with_context("weight bridge header"));

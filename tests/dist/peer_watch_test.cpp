@@ -155,3 +155,21 @@ TEST(PeerWatch, ARendezvousWaitingForRejoinsCanBeCancelled) {
   EXPECT_NE(r.status().message().find("cancelled"), std::string::npos) << r.status().message();
   EXPECT_LT(now_seconds() - t0, 2.0);
 }
+
+TEST(PeerWatch, UpdateNoticesAreCountedAndALossEndsTheWait) {
+  // The NCCL weight bridge: a server waits for the trainer's notice on the host.
+  Star s;
+  EXPECT_FALSE(s.r1->wait_notice(0.2).ok());  // nothing announced yet: times out
+  s.hub->notify();
+  s.hub->notify();
+  EXPECT_TRUE(s.r1->wait_notice(2.0).ok());
+  EXPECT_TRUE(s.r1->wait_notice(2.0).ok());  // both notices, once each
+  EXPECT_TRUE(s.r2->wait_notice(2.0).ok());
+  EXPECT_FALSE(s.r1->wait_notice(0.2).ok());
+  const double t0 = now_seconds();
+  s.hub.reset();  // the trainer dies while a server waits
+  Status st = s.r1->wait_notice(30.0);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("rank 0 closed"), std::string::npos) << st.message();
+  EXPECT_LT(now_seconds() - t0, 2.0);
+}
