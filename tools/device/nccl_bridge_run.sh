@@ -101,7 +101,7 @@ fi
 if has lost; then
   for mode in error continue; do
     start_pair lost-$mode "" --set train.steps=24 --set server.bridge_on_failure=$mode --set server.bridge_timeout_s=120
-    for _ in $(seq 1 600); do grep -q '"step": 3' $W/lost-$mode/metrics.jsonl 2>/dev/null && break; sleep 0.1; done
+    for _ in $(seq 1 600); do grep -qE '"step": ?3,' $W/lost-$mode/metrics.jsonl 2>/dev/null && break; sleep 0.1; done
     t0=$(date +%s.%N); kill -9 $SERVE; wait $SERVE 2>/dev/null
     if [ $mode = error ]; then
       for _ in $(seq 1 600); do kill -0 $TRAIN 2>/dev/null || break; sleep 0.1; done
@@ -127,7 +127,7 @@ if has lost; then
 fi
 if has trainerlost; then
   start_pair trainerlost "" --set train.steps=40
-  for _ in $(seq 1 600); do grep -q '"step": 3' $W/trainerlost/metrics.jsonl 2>/dev/null && break; sleep 0.1; done
+  for _ in $(seq 1 600); do grep -qE '"step": ?3,' $W/trainerlost/metrics.jsonl 2>/dev/null && break; sleep 0.1; done
   t0=$(date +%s.%N); kill -9 $TRAIN; wait $TRAIN 2>/dev/null
   for _ in $(seq 1 100); do grep -qi "lost\|without finishing\|error" "$OUT/logs/trainerlost-serve.log" && break; sleep 0.1; done
   echo "trainerlost: the server's log $(awk -v a=$t0 -v b=$(date +%s.%N) 'BEGIN{printf "%.2f", b-a}') s after the kill:"
