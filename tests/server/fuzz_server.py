@@ -267,6 +267,21 @@ class Cases:
                                                              dict(self.valid["/v1/chat/completions"], logprobs=True, top_logprobs=k)))
         self.add("number:long-prompt", ERROR, self.post("/generate", dict(self.valid["/generate"], prompt={"prompt_token_ids": [97] * 5000})))
 
+    def lora_updates(self):
+        # vLLM's runtime adapter endpoints (grpo serve --enable-lora-updates; 404 without it).
+        # None of these may load or unload anything: the served adapters stay as they are.
+        for body in ({}, {"lora_name": 5, "lora_path": "/"}, {"lora_name": "x"}, {"lora_path": "/"},
+                     {"lora_name": "x", "lora_path": 7}, {"lora_name": "x", "lora_path": "/no/such/adapter"},
+                     {"lora_name": "x", "lora_path": "/"}, {"lora_name": "", "lora_path": "/"},
+                     {"lora_name": "x" * 100000, "lora_path": "/"}, {"lora_name": "x", "lora_path": "/\u0000"},
+                     {"lora_name": "x", "lora_path": "/" * 5000}, [1, 2], "text", None):
+            self.add("lora:load", ERROR, self.post("/v1/load_lora_adapter", json.dumps(body)))
+        for body in ({}, {"lora_name": 5}, {"lora_name": "no-such-adapter"}, {"lora_name": ""}, {"lora_name": None},
+                     {"lora_name": json.loads(self.m)}, [1], "x"):
+            self.add("lora:unload", ERROR, self.post("/v1/unload_lora_adapter", json.dumps(body)))
+        for path in ("/v1/load_lora_adapter", "/v1/unload_lora_adapter"):
+            self.add("lora:invalid-json", ERROR, self.post(path, '{"lora_name": "x", "lora_path": '))
+
     def nesting(self):
         for depth in (1000, 10000, 30000):
             self.add(f"nesting:array-{depth}", ERROR, self.post("/v1/completions", "[" * depth + "]" * depth))
@@ -487,6 +502,7 @@ def main():
     cases.wrong_types(150)
     cases.numbers()
     cases.nesting()
+    cases.lora_updates()
     cases.utf8()
     cases.unknown_fields(60)
     cases.methods_paths()
