@@ -188,44 +188,75 @@ int run(Args a) {
                    a.watch.c_str());
     watcher->start();
   }
-  // --receive: the NCCL bridge. The receiving thread blocks inside collectives that
-  // cannot be interrupted, so the process ends with _Exit rather than destroying the
-  // objects it uses under it.
-  std::unique_ptr<Communicator> bridge_comm;
-  std::unique_ptr<WeightReceiver> receiver;
+  // --receive: the NCCL bridge. The receiving thread owns the bridge and blocks inside
+  // collectives that cannot be interrupted, so the process ends with _Exit rather than
+  // destroying the objects it uses under it. A trainer that ends (version -1) or is lost
+  // between updates leaves whole weights: the server keeps serving them and waits at the
+  // same address for a trainer to (re)start (`grpo train --resume`), which joins again.
+  // Only an update cut off midway (weights partly written) ends the server.
   std::atomic<bool> receiver_failed{false};
-  if (!a.receive.empty()) {
+  const bool receiving = !a.receive.empty();
+  if (receiving) {
     std::string host;
     int port = 0;
     if (Status ps = bridge_parse_addr(a.receive, "--receive", &host, &port); !ps.ok()) return cli::fail(cmd, ps.message());
     std::fprintf(stderr, "grpo serve: --receive: joining the trainer's weight bridge at %s as rank %d\n",
                  a.receive.c_str(), a.receive_rank);
-    auto c = bridge_connect_server(host, port, a.receive_rank, a.receive_timeout_s);
-    if (!c.ok()) return cli::fail(cmd, c.status().message());
-    bridge_comm = std::move(c).value();
-    BroadcastOptions bo;  // bucket size: the trainer's plan decides; the handshake compares plans
-    TransferPlan plan = lora ? transfer_plan(*lora, bo.bucket_bytes) : transfer_plan(weights, bo.bucket_bytes);
-    receiver = std::make_unique<WeightReceiver>(*bridge_comm, lora ? lora->arena : weights.arena, std::move(plan), bo);
-    if (Status hs = receiver->handshake(); !hs.ok()) return cli::fail(cmd, hs.message());
-    WeightReceiver* rx = receiver.get();
-    std::thread([rx, &svc, &eng, &ctx, &receiver_failed] {
+    struct Bridge {
+      std::unique_ptr<Communicator> comm;
+      std::unique_ptr<WeightReceiver> rx;
+    };
+    Tensor arena = lora ? lora->arena : weights.arena;
+    TransferPlan plan0 = lora ? transfer_plan(*lora, BroadcastOptions{}.bucket_bytes)
+                              : transfer_plan(weights, BroadcastOptions{}.bucket_bytes);
+    // Bucket size: the trainer's plan decides; the handshake compares plans.
+    auto join = [host, port, rank = a.receive_rank, timeout = a.receive_timeout_s, arena, plan0]() -> Result<Bridge> {
+      Bridge b;
+      GRPO_ASSIGN_OR_RETURN(b.comm, bridge_connect_server(host, port, rank, timeout));
+      b.rx = std::make_unique<WeightReceiver>(*b.comm, arena, plan0, BroadcastOptions{});
+      GRPO_TRY(b.rx->handshake());
+      return b;
+    };
+    auto first = join();
+    if (!first.ok()) return cli::fail(cmd, first.status().message());
+    auto bridge = std::make_shared<Bridge>(std::move(first).value());
+    std::thread([bridge, join, addr = a.receive, &svc, &eng, &ctx, &receiver_failed] {
       while (true) {
-        auto v = rx->wait_header();
-        if (!v.ok()) {
-          std::fprintf(stderr, "grpo serve: error: weight bridge: %s\n", v.status().message().c_str());
-          receiver_failed = true;
-          return;
-        }
-        if (v.value() < 0) {
-          std::fprintf(stderr, "grpo serve: the trainer finished; serving policy version %lld from now on\n",
-                       (long long)svc.policy_version());
-          return;
+        WeightReceiver& rx = *bridge->rx;
+        auto v = rx.wait_header();
+        if (!v.ok() || v.value() < 0) {
+          if (v.ok())
+            std::fprintf(stderr, "grpo serve: the trainer finished; serving policy version %lld\n",
+                         (long long)svc.policy_version());
+          else
+            std::fprintf(stderr, "grpo serve: weight bridge: %s; serving policy version %lld\n",
+                         v.status().message().c_str(), (long long)svc.policy_version());
+          std::fprintf(stderr, "grpo serve: --receive: waiting at %s for a trainer to join (grpo train --resume "
+                       "with server.bridge_addr = \"%s\")\n", addr.c_str(), addr.c_str());
+          std::fflush(stderr);
+          bridge->rx.reset();
+          bridge->comm.reset();  // aborted, not waited for: the other side is gone
+          while (true) {
+            auto b = join();
+            if (b.ok()) {
+              *bridge = std::move(b).value();
+              std::fprintf(stderr, "grpo serve: --receive: a trainer joined at %s\n", addr.c_str());
+              break;
+            }
+            // A trainer of another model is refused until the right one comes; the rendezvous's
+            // own timeout just means that none came yet.
+            std::fprintf(stderr, "grpo serve: --receive: %s; still serving policy version %lld, waiting again\n",
+                         b.status().message().c_str(), (long long)svc.policy_version());
+            std::this_thread::sleep_for(std::chrono::seconds(1));
+          }
+          continue;
         }
         const double t0 = now_seconds();
         svc.pause_and_drain();
-        Status st = rx->receive(ctx);
+        Status st = rx.receive(ctx);
         if (!st.ok()) {  // partly written weights: nothing valid to serve
-          std::fprintf(stderr, "grpo serve: error: %s\n", st.message().c_str());
+          std::fprintf(stderr, "grpo serve: error: %s; the weights are partly overwritten, stopping\n",
+                       st.message().c_str());
           receiver_failed = true;
           return;
         }
@@ -233,7 +264,7 @@ int run(Args a) {
         svc.set_policy_version(v.value());
         svc.resume();
         GRPO_LOG_INFO("serve --receive: policy version %lld in %.4f s (transfer %.4f s)", (long long)v.value(),
-                      now_seconds() - t0, rx->stats().last_s);
+                      now_seconds() - t0, rx.stats().last_s);
       }
     }).detach();
   }
@@ -281,7 +312,7 @@ int run(Args a) {
   http.drain_and_stop(a.drain_timeout_s);
   svc.stop();
   std::fprintf(stderr, "grpo serve: stopped\n");
-  if (receiver) {
+  if (receiving) {
     // The receiving thread may sit in a collective and uses the service, engine and
     // weights of this frame: end the process without destroying them under it.
     std::fflush(nullptr);

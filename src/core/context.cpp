@@ -20,8 +20,18 @@ Context::Context(const ContextOptions& opt) : opt_(opt) {
 #ifdef GRPO_HAVE_CUDA
     GRPO_CHECK_MSG(cudaSetDevice(opt.cuda_device) == cudaSuccess, "cudaSetDevice failed");
     cudaStream_t s;
-    GRPO_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+    int least = 0, greatest = 0;
+    GRPO_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest) == cudaSuccess);
+    GRPO_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, opt.high_priority ? greatest : least) ==
+               cudaSuccess);
     stream_ = s;
+    // Destroyed after the context and every stream-ordered tensor on it (StreamScope).
+    const int dev = opt.cuda_device;
+    stream_ref_ = std::shared_ptr<void>(s, [dev](void* q) {
+      cudaSetDevice(dev);
+      cudaStreamSynchronize(static_cast<cudaStream_t>(q));
+      cudaStreamDestroy(static_cast<cudaStream_t>(q));
+    });
     cublasLtHandle_t lt;
     GRPO_CHECK(cublasLtCreate(&lt) == CUBLAS_STATUS_SUCCESS);
     cublaslt_ = lt;
@@ -49,7 +59,7 @@ Context::~Context() {
   if (cublas_) cublasDestroy(static_cast<cublasHandle_t>(cublas_));
   if (cublaslt_) cublasLtDestroy(static_cast<cublasLtHandle_t>(cublaslt_));
   workspace_ = Tensor();
-  if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+  stream_ref_.reset();
 #endif
 }
 
@@ -70,6 +80,12 @@ void Context::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)
     if (b < e) fn(b, e);
   });
 }
+
+StreamScope::StreamScope(const Context& ctx) : previous_(tensor_thread_stream()) {
+  tensor_set_thread_stream(ctx.stream_ref());
+}
+
+StreamScope::~StreamScope() { tensor_set_thread_stream(std::move(previous_)); }
 
 void Context::synchronize() const {
 #ifdef GRPO_HAVE_CUDA

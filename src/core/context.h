@@ -18,6 +18,9 @@ struct ContextOptions {
   int n_threads = 0;            // CPU worker threads; 0 = hardware concurrency
   size_t workspace_bytes = size_t(1) << 30;  // cuBLASLt / scratch workspace on the device (1 GiB: big LM-head logprob tiles)
   bool deterministic = false;   // prefer batch-invariant, run-to-run identical reductions
+  // CUDA: the stream gets the device's greatest priority, so that its kernels are scheduled
+  // ahead of other streams' (the rollout engine beside a training step on one GPU).
+  bool high_priority = false;
 };
 
 class Context {
@@ -35,6 +38,9 @@ class Context {
 
   // CUDA objects (opaque here so that host-only code need not include CUDA headers).
   void* stream() const { return stream_; }           // cudaStream_t
+  // The stream with shared ownership: it lives until the context and every tensor
+  // allocated on it (StreamScope) are gone. Null on the CPU.
+  const std::shared_ptr<void>& stream_ref() const { return stream_ref_; }
   void* cublaslt() const { return cublaslt_; }       // cublasLtHandle_t
   void* cublas() const { return cublas_; }           // cublasHandle_t
   Tensor& workspace() { return workspace_; }         // (bytes) u8 on the device
@@ -47,9 +53,26 @@ class Context {
   ContextOptions opt_;
   std::unique_ptr<ThreadPool> pool_;
   void* stream_ = nullptr;
+  std::shared_ptr<void> stream_ref_;
   void* cublaslt_ = nullptr;
   void* cublas_ = nullptr;
   Tensor workspace_;
+};
+
+// Makes ctx's stream the calling thread's stream for device allocations, copies and fills
+// (tensor_thread_stream in core/tensor.h) until destroyed; the previous one comes back.
+// For threads that share a GPU with work on other streams (asynchronous rollouts): their
+// allocations, frees, copies and fills stop waiting for the whole device. A CPU context
+// sets none. Everything the thread copies or fills must be ordered by ctx's stream.
+class StreamScope {
+ public:
+  explicit StreamScope(const Context& ctx);
+  ~StreamScope();
+  StreamScope(const StreamScope&) = delete;
+  StreamScope& operator=(const StreamScope&) = delete;
+
+ private:
+  std::shared_ptr<void> previous_;
 };
 
 }  // namespace grpo

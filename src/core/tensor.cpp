@@ -12,6 +12,35 @@ namespace grpo {
 
 const char* device_name(Device d) { return d == Device::cpu ? "cpu" : "cuda"; }
 
+namespace {
+
+thread_local std::shared_ptr<void> t_stream;
+
+#ifdef GRPO_HAVE_CUDA
+// The current device's stream-ordered pool keeps what is freed (no release to the
+// driver at each synchronisation) and never makes one stream wait for another to
+// reuse memory: a block freed on a stream whose work is not done is left alone.
+void configure_stream_pool() {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return;
+  static thread_local int configured = -1;
+  if (configured == dev) return;
+  cudaMemPool_t pool;
+  if (cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess) {
+    uint64_t keep = UINT64_MAX;
+    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+    int no = 0;
+    cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies, &no);
+  }
+  configured = dev;
+}
+#endif
+
+}  // namespace
+
+const std::shared_ptr<void>& tensor_thread_stream() { return t_stream; }
+void tensor_set_thread_stream(std::shared_ptr<void> stream) { t_stream = std::move(stream); }
+
 int64_t Tensor::numel() const {
   if (ndim == 0) return data ? 1 : 0;
   int64_t n = 1;
@@ -101,6 +130,21 @@ Tensor tensor_empty(Device dev, DType dt, const std::vector<int64_t>& shape) {
   } else {
 #ifdef GRPO_HAVE_CUDA
     void* p = nullptr;
+    if (const std::shared_ptr<void>& ts = tensor_thread_stream()) {
+      // Stream-ordered: freed on the same stream after the work queued on it, which the
+      // deleter keeps alive.
+      cudaStream_t s = static_cast<cudaStream_t>(ts.get());
+      configure_stream_pool();
+      cudaError_t e = cudaMallocAsync(&p, alloc, s);
+      if (e != cudaSuccess) {
+        std::fprintf(stderr, "grpo: cudaMallocAsync of %zu bytes failed: %s\n", alloc, cudaGetErrorString(e));
+        std::abort();
+      }
+      std::shared_ptr<void> keep = ts;
+      t.owner = std::shared_ptr<void>(p, [keep](void* q) { cudaFreeAsync(q, static_cast<cudaStream_t>(keep.get())); });
+      t.data = p;
+      return t;
+    }
     cudaError_t e = cudaMalloc(&p, alloc);
     if (e != cudaSuccess) {
       std::fprintf(stderr, "grpo: cudaMalloc of %zu bytes failed: %s\n", alloc, cudaGetErrorString(e));
@@ -149,6 +193,12 @@ void tensor_fill_zero(Tensor& t) {
     std::memset(t.data, 0, t.nbytes());
   } else {
 #ifdef GRPO_HAVE_CUDA
+    if (const std::shared_ptr<void>& ts = tensor_thread_stream()) {
+      cudaStream_t s = static_cast<cudaStream_t>(ts.get());
+      GRPO_CHECK(cudaMemsetAsync(t.data, 0, t.nbytes(), s) == cudaSuccess);
+      GRPO_CHECK(cudaStreamSynchronize(s) == cudaSuccess);
+      return;
+    }
     // Synchronous with respect to every stream (contexts use non-blocking streams).
     GRPO_CHECK(cudaDeviceSynchronize() == cudaSuccess);
     GRPO_CHECK(cudaMemset(t.data, 0, t.nbytes()) == cudaSuccess);
@@ -166,6 +216,12 @@ void tensor_copy(Tensor& dst, const Tensor& src) {
     return;
   }
 #ifdef GRPO_HAVE_CUDA
+  if (const std::shared_ptr<void>& ts = tensor_thread_stream()) {
+    cudaStream_t s = static_cast<cudaStream_t>(ts.get());
+    GRPO_CHECK(cudaMemcpyAsync(dst.data, src.data, n, cudaMemcpyDefault, s) == cudaSuccess);
+    GRPO_CHECK(cudaStreamSynchronize(s) == cudaSuccess);
+    return;
+  }
   // Synchronous with respect to every stream: contexts use non-blocking streams,
   // which the legacy-stream cudaMemcpy would not wait for.
   GRPO_CHECK(cudaDeviceSynchronize() == cudaSuccess);

@@ -63,7 +63,8 @@ Tensor tensor_zeros(Device dev, DType dt, std::initializer_list<int64_t> shape);
 Tensor tensor_zeros(Device dev, DType dt, const std::vector<int64_t>& shape);
 
 // Byte copy between any devices (same dtype and numel). Synchronous with respect to
-// every stream, so kernels queued later on any context see the data.
+// every stream, so kernels queued later on any context see the data; inside a
+// StreamScope, with respect to that scope's stream only (see tensor_thread_stream).
 void tensor_copy(Tensor& dst, const Tensor& src);
 // Copy with float dtype conversion; on the host only or device<->host through a staging buffer.
 void tensor_copy_convert(Tensor& dst, const Tensor& src);
@@ -73,5 +74,15 @@ std::vector<float> tensor_to_f32(const Tensor& t);
 Tensor tensor_from_f32(Device dev, DType dt, const std::vector<float>& v, const std::vector<int64_t>& shape);
 
 bool cuda_available();  // false when built without CUDA or no device is visible
+
+// The calling thread's stream for device allocations, copies and fills (null: none;
+// set through StreamScope in core/context.h). With one set, tensor_empty on the device
+// takes stream-ordered memory from CUDA's pool on that stream (freed stream-ordered,
+// without cudaFree's whole-device synchronisation; the tensor keeps the stream alive),
+// and tensor_copy / tensor_fill_zero run on that stream: after the work queued on it
+// before, finished when they return, and without waiting for any other stream. Without
+// one, they are synchronous with respect to every stream. The owner holds a cudaStream_t.
+const std::shared_ptr<void>& tensor_thread_stream();
+void tensor_set_thread_stream(std::shared_ptr<void> stream);
 
 }  // namespace grpo

@@ -70,7 +70,25 @@ void RequestChannel::fail(Status st) {
 EngineService::EngineService(Engine& engine, ServiceOptions opt) : engine_(engine), opt_(opt) {
   GRPO_CHECK(opt_.max_queued_requests >= 1);
   publish_gauges();
+  deliver_thread_ = std::thread([this] { deliver_loop(); });
   thread_ = std::thread([this] { loop(); });
+}
+
+void EngineService::deliver_loop() {
+  std::unique_lock<std::mutex> lk(dmu_);
+  for (;;) {
+    dcv_.wait(lk, [&] { return delivery_stop_ || !delivery_.empty(); });
+    if (delivery_.empty()) return;  // stopping, and everything handed over is delivered
+    std::vector<Handoff> batch = std::move(delivery_.front());
+    delivery_.pop_front();
+    delivering_ = true;
+    lk.unlock();
+    for (auto& h : batch) h.ch->deliver(h.events, h.outputs);
+    batch.clear();
+    lk.lock();
+    delivering_ = false;
+    if (delivery_.empty()) dcv_.notify_all();
+  }
 }
 
 EngineService::~EngineService() { stop(); }
@@ -152,10 +170,15 @@ Status EngineService::run_on_loop(std::function<Status(Engine&)> fn) {
 }
 
 void EngineService::pause_and_drain() {
-  std::unique_lock<std::mutex> lk(mu_);
-  paused_ = true;
-  cv_.notify_all();
-  idle_cv_.wait(lk, [&] { return parked_ || loop_exited_; });
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    paused_ = true;
+    cv_.notify_all();
+    idle_cv_.wait(lk, [&] { return parked_ || loop_exited_; });
+  }
+  // Every answer of the drained requests is in its caller's hands.
+  std::unique_lock<std::mutex> dl(dmu_);
+  dcv_.wait(dl, [&] { return delivery_.empty() && !delivering_; });
 }
 
 void EngineService::resume() {
@@ -175,6 +198,12 @@ void EngineService::stop() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  {
+    std::lock_guard<std::mutex> lk(dmu_);
+    delivery_stop_ = true;
+  }
+  dcv_.notify_all();
+  if (deliver_thread_.joinable()) deliver_thread_.join();
 }
 
 ServiceGauges EngineService::gauges() const {
@@ -237,7 +266,8 @@ void EngineService::deliver_step(std::vector<TokenEvent>& evs, std::vector<Reque
   for (auto& o : outs) per[o.request_id].second.push_back(std::move(o));
   // Bookkeeping and gauges first, so that a caller woken by its answer already sees
   // them (the metrics page, the KV pool, the queue limit).
-  std::vector<std::pair<std::shared_ptr<RequestChannel>, decltype(per)::mapped_type*>> handoff;
+  std::vector<Handoff> handoff;
+  handoff.reserve(per.size());
   for (auto& [rid, v] : per) {
     auto it = active_.find(rid);
     if (it == active_.end()) continue;
@@ -251,7 +281,7 @@ void EngineService::deliver_step(std::vector<TokenEvent>& evs, std::vector<Reque
       }
     }
     a.n_finished += int(v.second.size());
-    handoff.emplace_back(a.ch, &v);
+    handoff.push_back(Handoff{a.ch, std::move(v.first), std::move(v.second)});
     if (a.n_finished >= int(a.t_last_token.size())) {
       metrics_.e2e_s.observe(now - a.t_submit);
       {
@@ -266,7 +296,12 @@ void EngineService::deliver_step(std::vector<TokenEvent>& evs, std::vector<Reque
     }
   }
   publish_gauges();
-  for (auto& [ch, v] : handoff) ch->deliver(v->first, v->second);
+  if (handoff.empty()) return;
+  {
+    std::lock_guard<std::mutex> lk(dmu_);
+    delivery_.push_back(std::move(handoff));
+  }
+  dcv_.notify_all();  // the delivery thread (pause_and_drain may wait on the same variable)
 }
 
 void EngineService::loop() {

@@ -110,6 +110,10 @@ class SpecAdaptive {
   // (prompt lookup: its proposal's length). All zeros = run a plain step. See plan() in
   // speculative.cpp for the rule.
   std::vector<int> plan(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap = {});
+  // Whether plan() with these caps would draft anything this step, without counting the
+  // step. Drafts grow with the caps, so caps at their upper bound tell whether proposals
+  // (prompt lookup's index upkeep) are worth computing at all.
+  bool may_draft(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap = {}) const;
   // Outcome of one verified sequence: it proposed k and the first `accepted` matched.
   void observe(int k, int accepted);
   // A sequence's own acceptance EMA (Sequence::spec_alpha; < 0 = none yet) after such an outcome.
@@ -121,6 +125,9 @@ class SpecAdaptive {
   int probe_interval() const { return probe_interval_; }
 
  private:
+  enum class Branch { plain, warmup_probe, draft, interval_probe };
+  std::vector<int> decide(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap,
+                          int64_t since_spec, Branch* branch) const;
   int k_max_, probe_every_, probe_interval_, warmup_probes_ = 2;
   std::vector<double> alpha_;
   int64_t since_spec_ = 0;

@@ -33,13 +33,21 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
     // Drafts past the length limit could never be emitted.
     int cap = std::min({so.num_speculative_tokens, s->params.max_tokens - s->n_completion() - 1,
                         s->max_total - s->n_total() - 1});
-    if (so.method == SpecMethod::ngram) {
-      ready_prop.push_back(cap > 0 ? s->ngram.propose(s->tokens, so.ngram_min, so.ngram_max, cap)
-                                   : std::vector<int32_t>{});
-      cap = int(ready_prop.back().size());
-    }
     if (draft_ && s->n_total() - s->draft_computed + cap > draft_->max_round_tokens()) cap = 0;
     ready_cap.push_back(std::max(0, cap));
+  }
+  if (so.method == SpecMethod::ngram) {
+    // Prompt lookup: a proposal caps its sequence's k at its length. While the adaptive plan
+    // would not draft even with full proposals, none is computed (the index catches up on
+    // the tokens it missed when drafting resumes), so plain steps cost what plain ones do.
+    const bool propose = !so.adaptive || adapt_->may_draft(ready_alpha, false, ready_cap);
+    for (size_t i = 0; i < ready.size(); ++i) {
+      Sequence* s = ready[i];
+      ready_prop.push_back(propose && ready_cap[i] > 0
+                               ? s->ngram.propose(s->tokens, so.ngram_min, so.ngram_max, ready_cap[i])
+                               : std::vector<int32_t>{});
+      ready_cap[i] = int(ready_prop.back().size());
+    }
   }
   int spare_tokens = opt_.max_num_batched_tokens - pending;
   int draft_tokens = draft_ ? draft_->max_round_tokens() : 0;

@@ -335,7 +335,10 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
     if (opt.on_batch && batch_pos == 0) opt.on_batch(st.step + 1, *batch);
     const size_t N = batch->completions.size(), chunk = size_t(batch_pos % spg);
     const size_t b0 = N * chunk / size_t(spg), b1 = N * (chunk + 1) / size_t(spg);
+    std::optional<StreamScope> train_scope;  // beside the async engine: wait for the trainer's stream only
+    if (async && !rollout_server) train_scope.emplace(*r.ctx);
     auto tm = policy_train_step(r.trainer, *batch, b0, b1, use_old);
+    train_scope.reset();
     if (async) {
       // Joined even when the step failed, so that no rollout outlives the loop's state.
       const double t_train_end = now_seconds();

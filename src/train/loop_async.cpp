@@ -2,6 +2,7 @@
 #include "train/loop_async.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "core/check.h"
 #include "core/log.h"
@@ -52,9 +53,10 @@ Status AsyncRollouts::refresh_snapshot(int64_t version) {
     version_ = version;
     return ok_status();
   }
-  // The trainer's context is synchronised after every step and tensor_copy orders
-  // itself against every stream, so the engine's next kernels see the new weights.
+  // Outside any StreamScope tensor_copy orders itself against every stream, so the
+  // engine's next kernels see the new weights; both sides are idle here anyway.
   r_.ctx->synchronize();
+  r_.engine_ctx->synchronize();
   tensor_copy(r_.snapshot->arena, r_.weights->arena);
   version_ = version;
   r_.engine->reset_prefix_cache();
@@ -104,6 +106,8 @@ Status AsyncRollouts::prime() {
   GRPO_TRY(refresh_snapshot(r_.state.step));
   if (!server_) r_.engine_ctx->make_current();
   for (int64_t j = 0; j < k_ && r_.state.generation < r_.cfg.train.steps; ++j) {
+    std::optional<StreamScope> scope;
+    if (!server_) scope.emplace(*r_.engine_ctx);
     auto q = produce();
     if (!q.ok()) {
       r_.ctx->make_current();
@@ -134,7 +138,13 @@ void AsyncRollouts::launch() {
   if (r_.state.generation >= r_.cfg.train.steps) return;  // every batch the run trains on is sampled
   launched_ = true;
   worker_ = std::thread([this] {
-    if (!server_) r_.engine_ctx->make_current();
+    // The engine's allocations, frees and copies wait for its own stream only, never for
+    // the training step beside it (core/context.h, StreamScope).
+    std::optional<StreamScope> scope;
+    if (!server_) {
+      r_.engine_ctx->make_current();
+      scope.emplace(*r_.engine_ctx);
+    }
     in_flight_ = std::make_unique<Result<Queued>>(produce());
     t_done_ = now_seconds();
   });

@@ -326,6 +326,8 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
     const int total = co.n_threads > 0 ? co.n_threads : int(std::max(1u, std::thread::hardware_concurrency()));
     engine_co.n_threads = cfg.async.engine_threads > 0 ? int(cfg.async.engine_threads) : std::max(1, total / 2);
     co.n_threads = std::max(1, total - engine_co.n_threads);
+    // The engine's small decode kernels go ahead of the step's large ones on the shared GPU.
+    engine_co.high_priority = true;
   }
   r.ctx = std::make_unique<Context>(co);
   auto w = model_load(r.paths.model, co.device, dt, r.ctx.get());

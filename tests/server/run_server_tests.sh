@@ -137,6 +137,11 @@ AUTH_URL="$SERVER_URL"
 echo "grpo serve ($DEVICE): $URL, with --api-key: $AUTH_URL"
 export GRPO_SERVE_URL="$URL" GRPO_SERVE_MODEL_DIR="$MODEL" GRPO_SERVE_AUTH_URL="$AUTH_URL" GRPO_SERVE_AUTH_KEY="$KEY"
 export GRPO_SERVE_LORA_NAME=tiny-lora GRPO_SERVE_LORA_DIR="$ADAPTER" GRPO_SERVE_MERGED_URL="$MERGED_URL"
+# The servers' weights: f32 on the CPU, bf16 on CUDA (grpo serve's defaults); the adapter's
+# logprobs are compared with the merged model's within that dtype's rounding.
+GRPO_SERVE_DTYPE=f32
+[ "$DEVICE" = cuda ] && GRPO_SERVE_DTYPE=bf16
+export GRPO_SERVE_DTYPE
 
 failed=()
 run_part() {

@@ -16,7 +16,8 @@
 #             same server command started again must rejoin and serve the trainer's
 #             current version (GET /health) until the run ends.
 #   trainerlost: the trainer is killed mid-run: the server must notice within seconds
-#             (its log) and keep serving the last version it received (GET /health).
+#             (its log), keep serving the last version it received (GET /health), and
+#             take the trainer restarted with --resume at the same bridge address.
 # Writes bench/results/bridge_nccl_sync-<preset>.json.
 set -uo pipefail
 source tools/device/lib.sh
@@ -126,14 +127,25 @@ if has lost; then
   done
 fi
 if has trainerlost; then
-  start_pair trainerlost "" --set train.steps=40
-  for _ in $(seq 1 600); do grep -qE '"step": ?3,' $W/trainerlost/metrics.jsonl 2>/dev/null && break; sleep 0.1; done
+  # The trainer is SIGKILLed after step 3 (checkpoints every 2 steps); the server must keep
+  # serving its last version and take the restarted trainer (--resume, same bridge address).
+  start_pair trainerlost "" --set train.steps=10 --set checkpoint.every=2
+  for _ in $(seq 1 600); do grep -qE '"step": ?4,' $W/trainerlost/metrics.jsonl 2>/dev/null && break; sleep 0.1; done
   t0=$(date +%s.%N); kill -9 $TRAIN; wait $TRAIN 2>/dev/null
-  for _ in $(seq 1 100); do grep -qi "lost\|without finishing\|error" "$OUT/logs/trainerlost-serve.log" && break; sleep 0.1; done
+  for _ in $(seq 1 100); do grep -qi "waiting at" "$OUT/logs/trainerlost-serve.log" && break; sleep 0.1; done
   echo "trainerlost: the server's log $(awk -v a=$t0 -v b=$(date +%s.%N) 'BEGIN{printf "%.2f", b-a}') s after the kill:"
   tail -3 "$OUT/logs/trainerlost-serve.log" | cut -c1-400
   SP=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$OUT/logs/trainerlost-serve.log" | grep -o '[0-9]*$')
-  kill -0 $SERVE 2>/dev/null && echo "server alive; /health: $(curl -s --max-time 5 http://127.0.0.1:$SP/health)" || echo "server exited"
+  kill -0 $SERVE 2>/dev/null && echo "trainerlost: server alive; /health: $(curl -s --max-time 5 http://127.0.0.1:$SP/health)" || echo "trainerlost: server exited"
+  echo "trainerlost: a greedy answer meanwhile: $(curl -s --max-time 30 http://127.0.0.1:$SP/v1/completions -H 'Content-Type: application/json' \
+    -d '{"prompt": "Hello", "max_tokens": 4, "temperature": 0}' | cut -c1-200)"
+  CUDA_VISIBLE_DEVICES=0 timeout 200 $B/grpo train $CFG --out "$W/trainerlost" --resume --set engine.kv_cache_mib=8192 \
+    --set server.bridge=nccl --set server.bridge_addr=127.0.0.1:$PORT --set log.progress=plain --set train.steps=10 \
+    --set checkpoint.every=2 > "$OUT/logs/trainerlost-resume.log" 2>&1
+  echo "trainerlost: resumed trainer rc=$? ($(grep -m1 -o 'resumed from [^ ,)]*' "$OUT/logs/trainerlost-resume.log"))"
+  sleep 1
+  grep -i "joined\|finished" "$OUT/logs/trainerlost-serve.log" | tail -3 | cut -c1-300
+  echo "trainerlost: server after the resumed run: $(curl -s --max-time 5 http://127.0.0.1:$SP/health)"
   kill $SERVE 2>/dev/null; wait $SERVE 2>/dev/null
 fi
 python3 - "$PRESET" "$W" <<'PY'
