@@ -55,27 +55,8 @@ class HttpRolloutServer : public RolloutServer {
 
   const std::string& url() const override { return o_.url; }
 
-  Result<int64_t> health() override {
-    httplib::Client cli(base_);
-    set_timeouts(cli, std::min(o_.timeout_s, 30.0));
-    auto r = cli.Get("/health");
-    const std::string start = "start one with `grpo serve --model " +
-                              (o_.model_path.empty() ? std::string("MODEL_DIR") : o_.model_path) + " --port " + port_of() +
-                              "` (docs/serve.md, Rollouts from a separate server), or set rollout.server_url = \"\" "
-                              "to sample with the in-process engine";
-    if (!r)
-      return error_status("rollout.server_url = " + o_.url + ": no server answers GET /health (" +
-                          describe(r.error()) + "); " + start);
-    if (r->status == 503)
-      return error_status("rollout.server_url = " + o_.url + ": the server is shutting down (GET /health: 503); " + start);
-    if (r->status != 200)
-      return error_status("rollout.server_url = " + o_.url + ": GET /health answered HTTP " + std::to_string(r->status) +
-                          ": " + clip(r->body, 300) + "; is it a grpo serve (or vLLM) server? " + start);
-    const njson j = njson::parse(r->body, nullptr, false);
-    if (j.is_object() && j.contains("policy_version") && j["policy_version"].is_number_integer())
-      return j["policy_version"].get<int64_t>();
-    return int64_t(-1);  // vLLM's /health has no body
-  }
+  Result<int64_t> health() override { return health_within(std::min(o_.timeout_s, 30.0)); }
+  Result<int64_t> probe(double timeout_s) override { return health_within(std::min(o_.timeout_s, timeout_s)); }
 
   Result<RemoteGeneration> generate(const std::vector<std::vector<int32_t>>& prompts,
                                     const std::vector<SamplingParams>& params, int64_t min_version) override {
@@ -124,6 +105,28 @@ class HttpRolloutServer : public RolloutServer {
   }
 
  private:
+  Result<int64_t> health_within(double timeout_s) {
+    httplib::Client cli(base_);
+    set_timeouts(cli, timeout_s);
+    auto r = cli.Get("/health");
+    const std::string start = "start one with `grpo serve --model " +
+                              (o_.model_path.empty() ? std::string("MODEL_DIR") : o_.model_path) + " --port " + port_of() +
+                              "` (docs/serve.md, Rollouts from a separate server), or set rollout.server_url = \"\" "
+                              "to sample with the in-process engine";
+    if (!r)
+      return error_status("rollout.server_url = " + o_.url + ": no server answers GET /health (" +
+                          describe(r.error()) + "); " + start);
+    if (r->status == 503)
+      return error_status("rollout.server_url = " + o_.url + ": the server is shutting down (GET /health: 503); " + start);
+    if (r->status != 200)
+      return error_status("rollout.server_url = " + o_.url + ": GET /health answered HTTP " + std::to_string(r->status) +
+                          ": " + clip(r->body, 300) + "; is it a grpo serve (or vLLM) server? " + start);
+    const njson j = njson::parse(r->body, nullptr, false);
+    if (j.is_object() && j.contains("policy_version") && j["policy_version"].is_number_integer())
+      return j["policy_version"].get<int64_t>();
+    return int64_t(-1);  // vLLM's /health has no body
+  }
+
   std::string port_of() const {
     auto u = http_url_parse(o_.url);
     return u.ok() ? std::to_string(u.value().port) : std::string("PORT");

@@ -18,6 +18,7 @@
 #include "train/metrics_jsonl.h"
 #include "train/metrics_progress.h"
 #include "train/plot.h"
+#include "train/rollout_failover.h"
 #include "train/rollout_server.h"
 #include "train/run_dir.h"
 #include "train/tensorboard.h"
@@ -135,8 +136,14 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
   TrainerState& st = r.state;
   std::FILE* con = opt.console;
   r.rollout_cfg.server = rollout_server.get();
+  // rollout.server_on_failure = "local": a lost server hands the rollouts to the in-process engine.
+  std::unique_ptr<RolloutFailover> failover;
+  if (rollout_server && cfg.rollout.server_on_failure == ServerOnFailure::local)
+    failover = std::make_unique<RolloutFailover>(*rollout_server);
+  r.rollout_cfg.failover = failover.get();
   if (rollout_server && con)
-    std::fprintf(con, "grpo train: rollouts from %s (evals on the in-process engine)\n", rollout_server->url().c_str());
+    std::fprintf(con, "grpo train: rollouts from %s (evals on the in-process engine%s)\n", rollout_server->url().c_str(),
+                 failover ? "; rollouts too while the server is lost" : "");
 
   // [server]: outside requests share the engine through the service, which runs only
   // while the loop generates; weights change while it is paused (drained), so every
@@ -291,6 +298,9 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
   while (!remote && st.step < cfg.train.steps && !st.stopped_early && !stop_requested()) {
     const double t_step = now_seconds();
     MetricList rec;
+    // A lost server is asked once per step that samples whether it is back; with an NCCL bridge
+    // only once the bridge has rejoined, so that the server holds this step's weights.
+    if (failover && !batch) failover->try_return(!r.broadcaster || !r.broadcaster->stats().down, st.step + 1);
     if (!batch && async) {
       if (!async->primed()) GRPO_TRY(async->prime().with_context("asynchronous rollouts after step " + std::to_string(st.step)));
       batch = async->pop(&rec);
@@ -319,7 +329,7 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
       if (!b.ok()) return b.status().with_context("rollout of generation " + std::to_string(st.generation));
       ++st.generation;
       batch = std::move(b).value();
-      if (rollout_server) loop_note_server_version(r, batch->policy_version, st.step);
+      if (batch->from_server) loop_note_server_version(r, batch->policy_version, st.step);
       batch_pos = 0;
       if (r.curriculum)
         batch->metrics = concat(std::move(batch->metrics), curriculum_after_rollout(*r.curriculum, global, *batch));
@@ -332,6 +342,8 @@ Result<TrainLoopResult> grpo_train(const RunConfig& cfg_in, const TrainLoopOptio
       rec.emplace_back("time/reward", 0.0);
       rec.emplace_back("tokens/generated", 0.0);
     }
+    // 1: the step's batch came from the in-process engine because the server was lost.
+    if (rollout_server) rec.emplace_back("rollout/server_down", batch->from_server ? 0.0 : 1.0);
     if (opt.on_batch && batch_pos == 0) opt.on_batch(st.step + 1, *batch);
     const size_t N = batch->completions.size(), chunk = size_t(batch_pos % spg);
     const size_t b0 = N * chunk / size_t(spg), b1 = N * (chunk + 1) / size_t(spg);

@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "core/timer.h"
 #include "train/loop_setup.h"
+#include "train/rollout_failover.h"
 
 namespace grpo {
 
@@ -63,7 +64,7 @@ Status AsyncRollouts::refresh_snapshot(int64_t version) {
   return ok_status();
 }
 
-Result<AsyncRollouts::Queued> AsyncRollouts::produce() {
+Result<AsyncRollouts::Queued> AsyncRollouts::produce(bool on_worker) {
   LoopRun& r = r_;
   Queued q;
   q.generation = r.state.generation;
@@ -77,9 +78,24 @@ Result<AsyncRollouts::Queued> AsyncRollouts::produce() {
   }
   RolloutConfig rc = r.rollout_cfg;
   rc.server_min_version = server_ ? loop_server_min_version(r, version_) : -1;
+  rc.engine_may_sample = !on_worker || !server_;
   auto b = rollout_generate(*r.engine, *r.env, *r.rewards, std::move(prompts), rc, q.generation);
+  if (!b.ok() && on_worker && rc.failover && rc.failover->down()) {
+    // Launched while the server was up (launch()): this call lost it. join() samples the
+    // generation again, from the same prompts.
+    r.cursor->restore(q.data_epoch, q.data_index);
+    q.server_lost = true;
+    return q;
+  }
   if (!b.ok()) return b.status().with_context("rollout of generation " + std::to_string(q.generation));
   q.batch = std::move(b).value();
+  if (server_ && !q.batch.from_server) {
+    // The in-process engine sampled it on the trainer's thread and weights (the server is lost):
+    // a batch of the current version, whose old logprobs are the trainer's own before its step.
+    q.batch.policy_version = version_;
+    ++r.state.generation;
+    return q;
+  }
   if (server_) {
     // Tagged with the version the server answered from (rollout_generate). No old logprobs:
     // the trainer's own logprobs before its step stand in for them (ratio 1), and
@@ -108,7 +124,7 @@ Status AsyncRollouts::prime() {
   for (int64_t j = 0; j < k_ && r_.state.generation < r_.cfg.train.steps; ++j) {
     std::optional<StreamScope> scope;
     if (!server_) scope.emplace(*r_.engine_ctx);
-    auto q = produce();
+    auto q = produce(false);
     if (!q.ok()) {
       r_.ctx->make_current();
       return q.status();
@@ -136,6 +152,10 @@ void AsyncRollouts::launch() {
   GRPO_CHECK(primed_ && !launched_);
   t_launch_ = now_seconds();
   if (r_.state.generation >= r_.cfg.train.steps) return;  // every batch the run trains on is sampled
+  if (server_ && r_.rollout_cfg.failover && r_.rollout_cfg.failover->down()) {
+    sample_at_join_ = true;  // the engine cannot sample beside the step
+    return;
+  }
   launched_ = true;
   worker_ = std::thread([this] {
     // The engine's allocations, frees and copies wait for its own stream only, never for
@@ -145,7 +165,7 @@ void AsyncRollouts::launch() {
       r_.engine_ctx->make_current();
       scope.emplace(*r_.engine_ctx);
     }
-    in_flight_ = std::make_unique<Result<Queued>>(produce());
+    in_flight_ = std::make_unique<Result<Queued>>(produce(true));
     t_done_ = now_seconds();
   });
 }
@@ -153,6 +173,8 @@ void AsyncRollouts::launch() {
 Status AsyncRollouts::join(double t_train_end, int64_t new_version, MetricList* rec) {
   double wait = prime_wait_, idle = 0;
   prime_wait_ = 0;
+  bool sample_here = sample_at_join_;
+  sample_at_join_ = false;
   if (launched_) {
     worker_.join();
     launched_ = false;
@@ -162,15 +184,24 @@ Status AsyncRollouts::join(double t_train_end, int64_t new_version, MetricList* 
     Result<Queued> q = std::move(*in_flight_);
     in_flight_.reset();
     if (!q.ok()) return q.status();
-    queue_.push_back(std::move(q).value());
+    if (q.value().server_lost) sample_here = true;
+    else queue_.push_back(std::move(q).value());
   } else {
     idle = std::max(0.0, t_train_end - t_launch_);  // nothing left to sample: the engine sat out the step
   }
   const double t0 = now_seconds();
   GRPO_TRY(refresh_snapshot(new_version));
+  const double t_copy = now_seconds() - t0;
+  if (sample_here) {  // the server is lost: the engine samples now, from the step's new weights
+    const double t1 = now_seconds();
+    auto q = produce(false);
+    if (!q.ok()) return q.status();
+    queue_.push_back(std::move(q).value());
+    wait += now_seconds() - t1;
+  }
   rec->emplace_back("time/trainer_wait", wait);
   rec->emplace_back("time/engine_idle", idle);
-  rec->emplace_back("time/snapshot_copy", now_seconds() - t0);
+  rec->emplace_back("time/snapshot_copy", t_copy);
   return ok_status();
 }
 

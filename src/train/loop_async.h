@@ -33,6 +33,15 @@
 // stand in (ratio 1) and train.importance_sampling (recommended) corrects for the lag
 // against the sampler's logprobs.
 //
+// A lost server under rollout.server_on_failure = "local" (train/rollout_failover.h): the
+// in-process engine shares the trainer's weights and context, so it never samples beside a
+// step. The producer thread hands the loss back (the batch is not sampled; its prompts go back
+// to the cursor), and join() samples that generation on the calling thread after the step,
+// from the new weights; while the server stays lost, launch() starts nothing and join()
+// samples each next generation the same way. Every such batch is at staleness 0, sampled from
+// the weights a synchronous run would use (the same completions). Once the loop has found the
+// server back (before launch()), the producer thread asks it again.
+//
 // Requires train.num_iterations = 1, train.steps_per_generation = 1, one rank,
 // no [lora] (allowed with a server), no [server], no curriculum, data.env ≠ "remote"
 // (checked at setup).
@@ -82,8 +91,10 @@ class AsyncRollouts {
     RolloutBatch batch;
     int64_t generation = 0;
     int64_t data_epoch = 0, data_index = 0;  // the cursor before the batch's prompts
+    bool server_lost = false;  // on the producer thread: the server was lost, nothing was sampled
   };
-  Result<Queued> produce();
+  // The next generation; on_worker: on the producer thread (the engine may not sample).
+  Result<Queued> produce(bool on_worker);
   Status refresh_snapshot(int64_t version);
 
   LoopRun& r_;
@@ -97,6 +108,7 @@ class AsyncRollouts {
   double t_launch_ = 0, t_done_ = 0;           // of the batch in flight
   double prime_wait_ = 0;                      // reported with the next step
   bool launched_ = false;
+  bool sample_at_join_ = false;  // the server is lost: join() samples the next generation on the engine
 };
 
 }  // namespace grpo

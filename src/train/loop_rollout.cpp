@@ -6,6 +6,7 @@
 
 #include "core/timer.h"
 #include "dist/communicator.h"
+#include "train/rollout_failover.h"
 #include "train/rollout_server.h"
 
 namespace grpo {
@@ -66,7 +67,7 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
   const double t0 = now_seconds();
   std::vector<RequestOutput> outs;
   RemoteGeneration remote;
-  if (rc.server) {
+  if (rc.server && !(rc.failover && rc.failover->down())) {
     std::vector<std::vector<int32_t>> ids(b.prompts.size());
     std::vector<SamplingParams> ps(b.prompts.size(), rc.params);
     for (size_t k = 0; k < ids.size(); ++k) {
@@ -74,10 +75,25 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
       ps[k].seed = seeds[k];
       ps[k].n = b.group_sizes[k];
     }
-    GRPO_ASSIGN_OR_RETURN(remote, rc.server->generate(ids, ps, rc.server_min_version));
-    outs = std::move(remote.outs);
-    b.policy_version = remote.policy_version_min;
-  } else {
+    auto g = rc.server->generate(ids, ps, rc.server_min_version);
+    if (g.ok()) {
+      remote = std::move(g).value();
+      outs = std::move(remote.outs);
+      b.policy_version = remote.policy_version_min;
+      b.from_server = true;
+    } else if (!rc.failover) {
+      return error_status(g.status().message() + "; to train on with the in-process engine when the server is lost, "
+                                                 "set rollout.server_on_failure = \"local\"");
+    } else {
+      rc.failover->lost(g.status(), generation);
+    }
+  }
+  if (!b.from_server) {
+    // The prompts, seeds and group sizes the server was sent: the same samples as a run without one.
+    if (!rc.engine_may_sample) {
+      GRPO_CHECK(rc.server != nullptr);
+      return error_status("the rollout server " + rc.server->url() + " is lost");
+    }
     GRPO_ASSIGN_OR_RETURN(outs, engine_run_prompts(engine, b.prompts, rc.params, seeds, svc, b.group_sizes));
   }
   const double t1 = now_seconds();
@@ -182,8 +198,8 @@ Result<RolloutBatch> rollout_generate(Engine& engine, const Environment& env, co
   // Speculative decoding over the batch: accepted / proposed draft tokens (0 when nothing drafted).
   m.emplace_back("rollout/spec_accept_rate", spec_proposed > 0 ? spec_accepted / spec_proposed : 0.0);
   m.emplace_back("rollout/engine_steps_mean", engine_steps / dn);
-  if (rc.server) {
-    m.emplace_back("rollout/server_policy_version", double(remote.policy_version_min));
+  if (rc.server) {  // also for a batch of the engine, so that every data-parallel rank has the same keys
+    m.emplace_back("rollout/server_policy_version", b.from_server ? double(remote.policy_version_min) : -1.0);
     m.emplace_back("rollout/server_resent", double(remote.n_resent));
   }
   if (tandem) {

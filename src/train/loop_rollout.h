@@ -22,6 +22,7 @@
 namespace grpo {
 
 class Communicator;
+class RolloutFailover;
 class RolloutServer;
 
 struct Completion {
@@ -56,6 +57,9 @@ struct RolloutBatch {
   // batch; set by asynchronous rollouts (train/loop_async.h) and by rollouts from a server
   // (the oldest answer's policy_version), else -1 (the current one).
   int64_t policy_version = -1;
+  // rollout.server_url: the server sampled the batch (false: the in-process engine, after the
+  // server was lost under rollout.server_on_failure = "local").
+  bool from_server = false;
   // reward/*, accuracy, completion/*, rollout/*, time/rollout, time/reward; tandem rollouts
   // add tandem/trained_token_frac, tandem/switches_per_completion, tandem/partner_tokens
   // (reward/* and accuracy are then the tandem rollouts' rewards).
@@ -99,6 +103,13 @@ struct RolloutConfig {
   // follows the trainer): answers from older versions are asked again.
   RolloutServer* server = nullptr;
   int64_t server_min_version = -1;
+  // rollout.server_on_failure = "local" (train/rollout_failover.h): a failed generate() marks the
+  // server lost and the engine samples the batch instead; while it is lost the engine samples
+  // without asking it. Null: a failed generate() is the call's error.
+  RolloutFailover* failover = nullptr;
+  // false on the asynchronous producer thread, which must not run the engine while the trainer
+  // steps: a lost server then fails the call (marked lost) and the caller samples it again.
+  bool engine_may_sample = true;
 };
 
 // One generation batch: samples, rewards, advantages and metrics. group_sizes,

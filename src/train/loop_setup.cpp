@@ -314,8 +314,8 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   r.resumed = !r.resumed_from.empty();
 
   GRPO_TRY(async_check_config(cfg, opt.comm ? opt.comm->size() : 1));
-  // With rollout.server_url the server samples ahead; the in-process engine (evals only)
-  // needs no weight snapshot or context of its own.
+  // With rollout.server_url the server samples ahead; the in-process engine (evals, and rollouts
+  // on the trainer's thread while a server is lost) needs no weight snapshot or context of its own.
   const bool async = cfg.async.max_staleness > 0 && cfg.rollout.server_url.empty();
   GRPO_ASSIGN_OR_RETURN(ContextOptions co, context_options(cfg, opt.n_threads));
   const DType dt = cfg.model.dtype;
@@ -467,9 +467,11 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
   const int64_t n_seqs = cfg.rollout.prompts_per_step * cfg.rollout.num_generations;
   int default_seqs = int(std::clamp<int64_t>(n_seqs, 1, 256));
   EngineConfig engine_cfg = cfg.engine;
-  if (!cfg.rollout.server_url.empty()) {
+  if (!cfg.rollout.server_url.empty() && cfg.rollout.server_on_failure == ServerOnFailure::error) {
     // The server samples the rollouts; this engine only runs evals. Its pool holds the eval batch at
     // full length (unless engine.kv_cache_mib sets it), so the device memory stays the trainer's.
+    // With rollout.server_on_failure = "local" it must be able to take the rollouts over: it is
+    // sized as without a server.
     const int64_t n_eval = std::clamp<int64_t>(int64_t(r.eval_prompts.size()), 1, 256);
     default_seqs = int(n_eval);
     if (engine_cfg.kv_cache_mib == 0) {

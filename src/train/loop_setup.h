@@ -57,7 +57,8 @@ struct LoopRun {
   std::string resumed_from;
   CheckpointSaveOptions ckpt_opts;
   std::unique_ptr<ProgressBar> progress;
-  // rollout.server_url: the client (owned by grpo_train) is r.rollout_cfg.server; whether the
+  // rollout.server_url: the client (owned by grpo_train) is r.rollout_cfg.server, and with
+  // rollout.server_on_failure = "local" its state r.rollout_cfg.failover; whether the
   // "server does not follow the trainer" warning was given.
   bool server_lag_warned = false;
 };

@@ -34,6 +34,9 @@ class RolloutServer {
   // GET /health: the server's policy version, or an error that names the URL and says how to
   // start a server.
   virtual Result<int64_t> health() = 0;
+  // health() within timeout_s (connect and answer): the cheap check, once a step, whether a lost
+  // server is back (rollout.server_on_failure = "local"; a refused connection fails at once).
+  virtual Result<int64_t> probe(double timeout_s) = 0;
   // One request per prompt, up to the client's concurrency in flight at once. min_version >= 0
   // (a weight bridge follows the trainer): an answer from an older policy version is asked
   // again (the server is still loading the weights just sent) until the request's timeout,

@@ -111,6 +111,10 @@ std::span<const EnumName<OnPolicy>> on_policy_names() {
   static constexpr EnumName<OnPolicy> n[] = {{"default", OnPolicy::standard}, {"bitwise", OnPolicy::bitwise}};
   return n;
 }
+std::span<const EnumName<ServerOnFailure>> server_on_failure_names() {
+  static constexpr EnumName<ServerOnFailure> n[] = {{"error", ServerOnFailure::error}, {"local", ServerOnFailure::local}};
+  return n;
+}
 std::span<const EnumName<EnvKind>> env_kind_names() {
   static constexpr EnumName<EnvKind> n[] = {{"gsm8k", EnvKind::gsm8k}, {"arithmetic", EnvKind::arithmetic},
                                             {"jsonl", EnvKind::jsonl}, {"remote", EnvKind::remote}};
@@ -211,6 +215,20 @@ Status RunConfig::validate() const {
             "must be in (0, 86400] seconds (the longest one rollout request may take)");
   c.require(r.server_max_concurrency >= 1 && r.server_max_concurrency <= 4096, "rollout.server_max_concurrency",
             r.server_max_concurrency, "must be in [1, 4096] (HTTP requests in flight at once)");
+  c.in_table("rollout.server_on_failure", r.server_on_failure, server_on_failure_names());
+  if (r.server_on_failure == ServerOnFailure::local) {
+    const char* k = "rollout.server_on_failure";
+    const std::string v = "local";
+    c.require(!r.server_url.empty(), k, v,
+              "says what to do when the rollout server is lost, but rollout.server_url is empty (the in-process "
+              "engine samples already); set rollout.server_url, or leave rollout.server_on_failure = \"error\"");
+    // The bridge sends after each step, before the next rollout: a lost server fails it first.
+    c.require(server.bridge != "nccl" || server.bridge_on_failure == "continue", k, v,
+              "with server.bridge = \"nccl\" a lost server takes the weight bridge down first, and "
+              "server.bridge_on_failure = \"" + server.bridge_on_failure +
+                  "\" stops the run there; set server.bridge_on_failure = \"continue\" (the bridge waits for the "
+                  "restarted server while the in-process engine samples)");
+  }
   c.check(engine.validate());
 
   const TrainSection& t = train;

@@ -39,6 +39,7 @@ enum class EnvKind { gsm8k, arithmetic, jsonl, remote };
 enum class StalePolicy { drop, down_weight };
 enum class EarlyStoppingMetric { accuracy, reward };
 enum class OnPolicy { standard, bitwise };  // train.on_policy: default | bitwise
+enum class ServerOnFailure { error, local };  // rollout.server_on_failure
 
 // model.device: "cpu", "cuda" (the current device) or "cuda:N".
 struct DeviceSpec {
@@ -62,6 +63,7 @@ std::span<const EnumName<EnvKind>> env_kind_names();                   // gsm8k,
 std::span<const EnumName<Split>> eval_split_names();                   // test, train
 std::span<const EnumName<StalePolicy>> stale_policy_names();           // drop, down_weight
 std::span<const EnumName<OnPolicy>> on_policy_names();                  // default, bitwise
+std::span<const EnumName<ServerOnFailure>> server_on_failure_names();  // error, local
 std::span<const EnumName<EarlyStoppingMetric>> early_stopping_metric_names();  // eval/accuracy, eval/reward
 // train.loss_type, train.importance_sampling(_level): loss_type_names(), is_mode_names(),
 // is_level_names() (train/grpo_loss.h); train.scale_rewards: scale_rewards_names() (train/advantages.h).
@@ -122,6 +124,10 @@ struct RolloutSection {
   std::string server_url;
   double server_timeout_s = 600;         // per HTTP request (a request that takes longer is an error)
   int64_t server_max_concurrency = 64;   // HTTP requests in flight at once (one per prompt)
+  // A server lost mid-run (connection refused, timeout, HTTP error, malformed answer): "error"
+  // stops the run; "local" samples on with the in-process engine (whose KV pool is then sized
+  // for the rollout batch, as without a server) and returns to the server when it answers again.
+  ServerOnFailure server_on_failure = ServerOnFailure::error;
 };
 
 struct TrainSection {

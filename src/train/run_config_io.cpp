@@ -77,6 +77,7 @@ std::vector<Field> fields_of(RunConfig& c) {
       {"rollout.seed", &r.seed}, {"rollout.stop", &r.stop}, {"rollout.ignore_eos", &r.ignore_eos},
       {"rollout.min_new_tokens", &r.min_new_tokens}, {"rollout.server_url", &r.server_url},
       {"rollout.server_timeout_s", &r.server_timeout_s}, {"rollout.server_max_concurrency", &r.server_max_concurrency},
+      {"rollout.server_on_failure", enum_ref(&r.server_on_failure, server_on_failure_names())},
       {"engine.block_size", &g.block_size}, {"engine.max_num_seqs", &g.max_num_seqs},
       {"engine.max_num_batched_tokens", &g.max_num_batched_tokens}, {"engine.max_model_len", &g.max_model_len},
       {"engine.enable_prefix_caching", &g.enable_prefix_caching},

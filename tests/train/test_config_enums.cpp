@@ -42,6 +42,7 @@ const std::map<std::string, Values>& expected_keys() {
       {"log.level", {"debug", "info", "warn", "error", "quiet"}},
       {"curriculum.type", {"none", "kde_valley"}},
       {"remote.stale", {"drop", "down_weight"}},
+      {"rollout.server_on_failure", {"error", "local"}},
   };
   return m;
 }
@@ -74,6 +75,7 @@ std::vector<std::string> companions(const std::string& key, const std::string& v
   if (key == "engine.cuda_graphs") o[0] = "model.device=cuda";
   if (key == "engine.speculative.method" && value == "draft") o.push_back("engine.speculative.draft_model=draft");
   if (key == "train.loss_type" && value == "cispo") o.push_back("train.epsilon_high=5");
+  if (key == "rollout.server_on_failure" && value == "local") o.push_back("rollout.server_url=http://127.0.0.1:8001");
   if (key == "eval.early_stopping_metric") {
     o.push_back("eval.every=1");
     o.push_back("data.eval_path=test.jsonl");

@@ -230,7 +230,8 @@ TEST(TrainCli, ListKeysShowsEngineKeysAndAllowedValues) {
                            "engine.speculative.method  (off, draft, ngram)\n", "engine.speculative.draft_model\n",
                            "engine.speculative.acceptance  (rejection, match)\n",
                            "tandem.strategy  (token, chunk, word)\n", "rollout.server_url\n",
-                           "rollout.server_timeout_s\n", "rollout.server_max_concurrency\n"})
+                           "rollout.server_timeout_s\n", "rollout.server_max_concurrency\n",
+                           "rollout.server_on_failure  (error, local)\n"})
     EXPECT_NE(r.output.find(line), std::string::npos) << line << r.output;
   EXPECT_EQ(r.output.find("rollout.kv_cache_dtype"), std::string::npos);
 }

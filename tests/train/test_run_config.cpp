@@ -195,6 +195,39 @@ TEST(RunConfig, RolloutServerKeys) {
   expect_error("", {"rollout.server_timeout_s = -1"}, {"rollout.server_timeout_s=-1"});
 }
 
+TEST(RunConfig, RolloutServerOnFailure) {
+  auto dflt = run_config_parse("", "cfg.toml");
+  ASSERT_TRUE(dflt.ok());
+  EXPECT_EQ(dflt->rollout.server_on_failure, ServerOnFailure::error);
+  const std::string url = "[rollout]\nserver_url = \"http://127.0.0.1:8001\"\n";
+  auto local = run_config_parse(url + "server_on_failure = \"local\"\n", "cfg.toml");
+  ASSERT_TRUE(local.ok()) << local.status().message();
+  EXPECT_EQ(local->rollout.server_on_failure, ServerOnFailure::local);
+  auto back = run_config_parse(run_config_to_toml(local.value()), "back.toml");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->rollout.server_on_failure, ServerOnFailure::local);
+  EXPECT_TRUE(run_config_parse(url, "cfg.toml", {"rollout.server_on_failure=error"}).ok());
+
+  // Nothing to fall back from without a server.
+  expect_error("[rollout]\nserver_on_failure = \"local\"\n",
+               {"rollout.server_on_failure = \"local\"", "rollout.server_url is empty",
+                "leave rollout.server_on_failure = \"error\""});
+  // The NCCL bridge fails first when the server is lost: it must carry on too.
+  expect_error(url + "server_on_failure = \"local\"\n[server]\nbridge = \"nccl\"\n",
+               {"rollout.server_on_failure = \"local\"", "server.bridge = \"nccl\"",
+                "server.bridge_on_failure = \"error\" stops the run there",
+                "set server.bridge_on_failure = \"continue\""});
+  auto bridged = run_config_parse(url + "server_on_failure = \"local\"\n[server]\nbridge = \"nccl\"\n"
+                                        "bridge_on_failure = \"continue\"\n", "cfg.toml");
+  EXPECT_TRUE(bridged.ok()) << bridged.status().message();
+  // "error" needs neither; the other bridges do not stop the run when the server goes.
+  EXPECT_TRUE(run_config_parse(url + "[server]\nbridge = \"nccl\"\n", "cfg.toml").ok());
+  EXPECT_TRUE(run_config_parse(url + "server_on_failure = \"local\"\n[server]\nbridge = \"ipc\"\n", "cfg.toml").ok());
+  // Asynchronous rollouts fall back on the trainer's thread (train/loop_async.h).
+  auto async = run_config_parse(url + "server_on_failure = \"local\"\n[async]\nmax_staleness = 1\n", "cfg.toml");
+  EXPECT_TRUE(async.ok()) << async.status().message();
+}
+
 TEST(RunConfig, OverridesUseDeclaredTypes) {
   auto r = run_config_parse(kFull, "full.toml",
                             {"train.lr=1e-5", "train.steps = 70", "model.path=/abs/model dir", "rollout.stop=</answer>,\\n\\n",
