@@ -167,7 +167,7 @@ std::vector<int> SpecAdaptive::decide(const std::vector<double>& alpha, bool has
                                      int64_t since_spec, Branch* branch) const {
   const int B = int(alpha.size());
   std::vector<int> ks(size_t(B), 0);
-  *branch = Branch::plain;
+  *branch = Branch::unmeasured;
   if (B == 0) return ks;
   auto cap = [&](size_t s) { return k_cap.empty() ? k_max_ : std::min(k_max_, k_cap[s]); };
   auto probe = [&](Branch b) {
@@ -175,9 +175,27 @@ std::vector<int> SpecAdaptive::decide(const std::vector<double>& alpha, bool has
     for (size_t s = 0; s < ks.size(); ++s) ks[s] = cap(s);
     return ks;
   };
+  // A probe while drafting is off re-measures acceptance cheaply: k <= kProbeK drafts for the
+  // kProbeSeqs sequences with the best acceptance. A probe of every sequence at full k cost a
+  // verify forward of B·(k + 1) tokens without CUDA graphs (and a draft model's catch-up of
+  // each sequence), several plain steps' time at 64-512 sequences.
+  constexpr int kProbeSeqs = 8, kProbeK = 2;
+  auto small_probe = [&] {
+    *branch = Branch::interval_probe;
+    std::vector<size_t> by(static_cast<size_t>(B));
+    for (size_t s = 0; s < by.size(); ++s) by[s] = s;
+    auto a0 = [&](size_t s) { return alpha[s] >= 0 ? alpha[s] : alpha_[1]; };
+    std::stable_sort(by.begin(), by.end(), [&](size_t x, size_t y) { return a0(x) > a0(y); });
+    for (size_t i = 0, n = 0; i < by.size() && n < size_t(kProbeSeqs); ++i)
+      if ((ks[by[i]] = std::min(kProbeK, cap(by[i]))) > 0) ++n;
+    return ks;
+  };
   // Warm-up: two samples of plain decoding at this batch size (a new size is measured by
   // running plain), then two full drafting steps before the first decision.
-  if (!plain.measured(B, 2)) return ks;
+  if (!plain.measured(B, 2)) {
+    *branch = Branch::unmeasured;
+    return ks;
+  }
   if (warmup_probes_ > 0 || verify.empty() || (has_draft && draft.empty())) return probe(Branch::warmup_probe);
   // gain: expected extra tokens of sequence s from k drafts.
   auto gain = [&](size_t s, int k) {
@@ -220,7 +238,8 @@ std::vector<int> SpecAdaptive::decide(const std::vector<double>& alpha, bool has
     for (int m = 0; m < best_m; ++m) ks[order[size_t(m)]] = std::min(best_k, cap(order[size_t(m)]));
     return ks;
   }
-  if (since_spec >= probe_interval_) return probe(Branch::interval_probe);
+  if (since_spec >= probe_interval_) return small_probe();
+  *branch = Branch::plain;
   return ks;
 }
 
@@ -229,20 +248,27 @@ std::vector<int> SpecAdaptive::plan(const std::vector<double>& alpha, bool has_d
   Branch b;
   std::vector<int> ks = decide(alpha, has_draft, k_cap, since_spec_, &b);
   switch (b) {
+    case Branch::unmeasured:
+      break;
     case Branch::plain:
+      // The first decision after the warm-up probes went against drafting: they count as
+      // lost probes, so the first interval probe comes later.
+      if (!decided_) probe_interval_ = std::min(probe_every_ * 2, probe_every_ * 256);
+      decided_ = true;
       break;
     case Branch::warmup_probe:
       warmup_probes_ = std::max(0, warmup_probes_ - 1);
       since_spec_ = 0;
       break;
     case Branch::draft:
+      decided_ = true;
       probe_interval_ = probe_every_;
       since_spec_ = 0;
       break;
     case Branch::interval_probe:
-      // Each probe that drafting does not follow doubles the wait for the next one: a lost
-      // probe costs a few plain steps, so their share of the run shrinks geometrically.
-      probe_interval_ = std::min(probe_interval_ * 2, probe_every_ * 64);
+      // Each probe that drafting does not follow quadruples the wait for the next one: a
+      // lost probe costs a few plain steps, so their share of the run shrinks geometrically.
+      probe_interval_ = std::min(probe_interval_ * 4, probe_every_ * 256);
       since_spec_ = 0;
       break;
   }

@@ -45,8 +45,9 @@
 // no verify pass, no draft forward). The draft model lags behind and catches up lazily:
 // Sequence::draft_computed counts the positions its pool holds, and the next drafting step
 // runs the missing tokens through the draft in one batched prefill (round 1). While off,
-// a probe step (k_max for every sequence) re-measures α and the verify cost; the probe
-// interval starts at probe_every and doubles after every probe that does not make
+// a probe step (k ≤ 2 for the 8 sequences of best acceptance) re-measures α and the
+// verify cost; the probe interval starts at probe_every (2·probe_every when the first
+// decision after the warm-up is plain) and quadruples after every probe that does not make
 // drafting win, so a workload where drafting loses converges to plain decoding's speed.
 #pragma once
 #include <cstdint>
@@ -125,10 +126,11 @@ class SpecAdaptive {
   int probe_interval() const { return probe_interval_; }
 
  private:
-  enum class Branch { plain, warmup_probe, draft, interval_probe };
+  enum class Branch { unmeasured, plain, warmup_probe, draft, interval_probe };
   std::vector<int> decide(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap,
                           int64_t since_spec, Branch* branch) const;
   int k_max_, probe_every_, probe_interval_, warmup_probes_ = 2;
+  bool decided_ = false;  // a decision after the warm-up probes was made
   std::vector<double> alpha_;
   int64_t since_spec_ = 0;
 };

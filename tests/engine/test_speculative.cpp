@@ -405,3 +405,41 @@ TEST(Speculative, TokenEventsAndAbort) {
     if (m == SpecMethod::draft) EXPECT_GT(multi, 0) << "no step emitted two tokens of one sample";
   }
 }
+
+// While drafting loses, probes are small (k <= 2 for the 8 sequences of best acceptance),
+// their spacing grows fourfold after each lost probe (twofold after the lost warm-up), and
+// may_draft predicts plan() without counting the step.
+TEST(Speculative, AdaptiveProbesAreSmallAndGrowApart) {
+  const int B = 64;
+  SpecAdaptive a(4, 8);
+  for (int i = 0; i < 4; ++i) {  // a verify token costs a plain step's token: drafting never pays
+    a.plain.add(B, 1e-3);
+    for (int t = B; t <= 5 * B; t += 8) a.verify.add(t, 1e-3 * t / B);
+  }
+  std::vector<double> alpha(B, -1.0);
+  alpha[5] = 0.3;  // the best-accepting sequences come first in a probe
+  alpha[9] = 0.2;
+  for (int i = 0; i < 200; ++i) a.observe(4, 0);
+  std::vector<int> probe_steps;
+  for (int step = 0; step < 400; ++step) {
+    const bool predicted = a.may_draft(alpha, false);
+    const std::vector<int> k = a.plan(alpha, false);
+    const int drafting = int(std::count_if(k.begin(), k.end(), [](int v) { return v > 0; }));
+    EXPECT_EQ(predicted, drafting > 0) << "step " << step;
+    if (step < 2) {  // warm-up probes: every sequence at full k
+      EXPECT_EQ(drafting, B);
+      continue;
+    }
+    if (drafting == 0) continue;
+    probe_steps.push_back(step);
+    EXPECT_EQ(drafting, 8) << "step " << step;
+    EXPECT_GT(k[5], 0);
+    EXPECT_GT(k[9], 0);
+    for (int v : k) EXPECT_LE(v, 2);
+  }
+  // Warm-up at steps 0-1, then probes after 16 (2 · probe_every), 64 and 256 plain steps.
+  ASSERT_EQ(probe_steps.size(), 3u);
+  EXPECT_EQ(probe_steps[0], 1 + 16);
+  EXPECT_EQ(probe_steps[1] - probe_steps[0], 64);
+  EXPECT_EQ(probe_steps[2] - probe_steps[1], 256);
+}

@@ -10,7 +10,7 @@
 # the fuzz test (tests/server/fuzz_server.py). The servers are stopped on every
 # exit path. Exits non-zero if any part fails.
 #
-# Usage: tests/server/run_server_tests.sh BUILD_DIR [--device cpu|cuda]
+# Usage: [SERVE_DTYPE=f32|bf16] tests/server/run_server_tests.sh BUILD_DIR [--device cpu|cuda]
 # Needs node, the npm packages of tests/server/clients (npm ci there) and a
 # python3 with `requests`; scripts/setup.sh installs all three.
 set -euo pipefail
@@ -107,6 +107,8 @@ MAX_BODY=65536
 # Two servers share the GPU: a fixed KV pool each, not gpu_memory_utilization of the whole card.
 DEVICE_FLAGS=()
 [ "$DEVICE" = cuda ] && DEVICE_FLAGS=(--kv-cache-mib 1024)
+# SERVE_DTYPE=f32|bf16: the servers' weights (default: grpo serve's, f32 on the CPU, bf16 on CUDA).
+[ -n "${SERVE_DTYPE:-}" ] && DEVICE_FLAGS+=(--dtype "$SERVE_DTYPE")
 # start_server LOG ARGS...: starts the server and waits for its "listening
 # on" line; sets SERVER_URL and SERVER_PID (no subshell, so PIDS keeps it).
 start_server() {
@@ -141,6 +143,7 @@ export GRPO_SERVE_LORA_NAME=tiny-lora GRPO_SERVE_LORA_DIR="$ADAPTER" GRPO_SERVE_
 # logprobs are compared with the merged model's within that dtype's rounding.
 GRPO_SERVE_DTYPE=f32
 [ "$DEVICE" = cuda ] && GRPO_SERVE_DTYPE=bf16
+[ -n "${SERVE_DTYPE:-}" ] && GRPO_SERVE_DTYPE="$SERVE_DTYPE"
 export GRPO_SERVE_DTYPE
 
 failed=()
