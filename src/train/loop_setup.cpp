@@ -542,6 +542,10 @@ Status loop_bridge_publish(LoopRun& r, int64_t version) {
     GRPO_TRY(bridge_parse_addr(sv.bridge_addr, "server.bridge_addr", &host, &port));
     GRPO_LOG_WARN("weight bridge: waiting at %s for %lld restarted grpo serve --receive to rejoin", sv.bridge_addr.c_str(),
                   (long long)sv.bridge_servers);
+    // The servers still alive see their links close and come back to the rendezvous by
+    // themselves (grpo serve --receive waits for a trainer again); only lost ones need a
+    // restart. The broadcaster, being down, no longer touches the communicator.
+    r.bridge_comm.reset();
     r.rejoin = std::make_unique<BridgeRejoin>(host, port, int(sv.bridge_servers), sv.bridge_timeout_s);
     return ok_status();
   }

@@ -15,11 +15,14 @@
 #include <memory>
 #include <thread>
 
+#include "../net_test_util.h"
 #include "core/timer.h"
 #include "dist/bootstrap.h"
 #include "dist/peer_watch.h"
 
 using namespace grpo;
+
+using grpo::test::free_port;
 
 namespace {
 
@@ -45,19 +48,6 @@ struct Star {  // rank 0 linked to ranks 1 and 2 through socket pairs
     r2 = std::make_unique<PeerWatch>(false, std::vector<int>{b[1]}, std::vector<std::string>{"rank 0"});
   }
 };
-
-int free_port() {
-  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  sa.sin_port = 0;
-  ::bind(s, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
-  socklen_t n = sizeof sa;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&sa), &n);
-  ::close(s);
-  return ntohs(sa.sin_port);
-}
 
 }  // namespace
 

@@ -20,6 +20,7 @@
 #include <map>
 #include <thread>
 
+#include "../net_test_util.h"
 #include "server/rollout_client.h"
 #include "server_test_util.h"
 #include "train/grpo_loop.h"
@@ -28,19 +29,6 @@
 extern char** environ;
 
 namespace grpo::test {
-
-inline int free_port() {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t n = sizeof(a);
-  getsockname(s, reinterpret_cast<sockaddr*>(&a), &n);
-  const int port = ntohs(a.sin_port);
-  close(s);
-  return port;
-}
 
 // `grpo serve` on the tiny model with batch-invariant kernels, on a free port; killed at the end.
 struct ServeProcess {

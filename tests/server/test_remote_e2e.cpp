@@ -22,26 +22,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../net_test_util.h"
+
 extern char** environ;
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using grpo::test::free_port;
 
 namespace {
-
-int free_port() {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t n = sizeof(a);
-  getsockname(s, reinterpret_cast<sockaddr*>(&a), &n);
-  const int port = ntohs(a.sin_port);
-  close(s);
-  return port;
-}
 
 pid_t spawn(const std::vector<std::string>& argv, const std::string& log) {
   std::vector<char*> av;
