@@ -40,15 +40,7 @@ struct ServeProcess {
     log = "/tmp/grpo_remote_rollouts_serve_" + std::to_string(getpid()) + "_" + std::to_string(port) + ".log";
     const std::vector<std::string> argv = {GRPO_BINARY_PATH, "serve", "--model", arith_dir(), "--port",
                                            std::to_string(port), "--deterministic", "--threads", "1"};
-    std::vector<char*> av;
-    for (const auto& s : argv) av.push_back(const_cast<char*>(s.c_str()));
-    av.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    if (posix_spawn(&pid, av[0], &fa, nullptr, av.data(), environ) != 0) pid = -1;
-    posix_spawn_file_actions_destroy(&fa);
+    pid = spawn_logged(argv, log);
   }
   bool ready() const {
     httplib::Client c("127.0.0.1", port);

@@ -29,22 +29,9 @@ extern char** environ;
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using grpo::test::free_port;
+using grpo::test::spawn_logged;
 
 namespace {
-
-pid_t spawn(const std::vector<std::string>& argv, const std::string& log) {
-  std::vector<char*> av;
-  for (const auto& s : argv) av.push_back(const_cast<char*>(s.c_str()));
-  av.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, av[0], &fa, nullptr, av.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  return rc == 0 ? pid : -1;
-}
 
 // Exit status, or -1 if it did not end within `seconds` (then it is killed).
 int wait_for(pid_t pid, double seconds) {
@@ -119,7 +106,7 @@ TEST(RemoteE2E, TrainerHostsTheApiAndPythonEnvironmentsFeedIt) {
   const int kSteps = 4;
   const std::string cfg = write_config(dir, kSteps, api, srv, 240);
   const std::string qs = write_questions(dir);
-  pid_t train = spawn({GRPO_BINARY_PATH, "train", cfg, "--threads", "2"}, dir + "/train.log");
+  pid_t train = spawn_logged({GRPO_BINARY_PATH, "train", cfg, "--threads", "2"}, dir + "/train.log");
   ASSERT_GT(train, 0);
   auto env_argv = [&](const std::string& name, int seed) {
     return std::vector<std::string>{py, std::string(GRPO_SOURCE_DIR) + "/examples/environments/gsm8k_env.py",
@@ -129,8 +116,8 @@ TEST(RemoteE2E, TrainerHostsTheApiAndPythonEnvironmentsFeedIt) {
                                     "--max-tokens", "22", "--name", name, "--seed", std::to_string(seed),
                                     "--off-policy-tolerance", "1", "--gzip"};
   };
-  pid_t env_a = spawn(env_argv("doomed", 1), dir + "/env_a.log");
-  pid_t env_b = spawn(env_argv("steady", 2), dir + "/env_b.log");
+  pid_t env_a = spawn_logged(env_argv("doomed", 1), dir + "/env_a.log");
+  pid_t env_b = spawn_logged(env_argv("steady", 2), dir + "/env_b.log");
   ASSERT_GT(env_a, 0);
   ASSERT_GT(env_b, 0);
   // Once the first step is recorded, one environment dies without disconnecting.
@@ -169,7 +156,7 @@ TEST(RemoteE2E, WithNoEnvironmentTheTrainerSaysWhyItWaits) {
   char tmpl[] = "/tmp/grpo_remote_wait_XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   const std::string cfg = write_config(dir, 2, free_port(), free_port(), 2.0);
-  pid_t train = spawn({GRPO_BINARY_PATH, "train", cfg, "--threads", "1"}, dir + "/train.log");
+  pid_t train = spawn_logged({GRPO_BINARY_PATH, "train", cfg, "--threads", "1"}, dir + "/train.log");
   ASSERT_GT(train, 0);
   const int rc = wait_for(train, 120);
   const std::string log = slurp(dir + "/train.log");
@@ -186,12 +173,12 @@ TEST(RemoteE2E, TrainerPullsFromAnExternalApiServer) {
   char tmpl[] = "/tmp/grpo_remote_client_XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   const int api = free_port(), srv = free_port();
-  pid_t apid = spawn({GRPO_BINARY_PATH, "api", "--port", std::to_string(api)}, dir + "/api.log");
+  pid_t apid = spawn_logged({GRPO_BINARY_PATH, "api", "--port", std::to_string(api)}, dir + "/api.log");
   ASSERT_GT(apid, 0);
   const std::string url = "http://127.0.0.1:" + std::to_string(api);
   const std::string cfg = write_config(dir, 2, free_port(), srv, 240, url);
-  pid_t train = spawn({GRPO_BINARY_PATH, "train", cfg, "--threads", "2"}, dir + "/train.log");
-  pid_t env = spawn({py, std::string(GRPO_SOURCE_DIR) + "/examples/environments/gsm8k_env.py", "--api", url, "--server",
+  pid_t train = spawn_logged({GRPO_BINARY_PATH, "train", cfg, "--threads", "2"}, dir + "/train.log");
+  pid_t env = spawn_logged({py, std::string(GRPO_SOURCE_DIR) + "/examples/environments/gsm8k_env.py", "--api", url, "--server",
                      "http://127.0.0.1:" + std::to_string(srv), "--data", write_questions(dir), "--prompt-template",
                      "{question}\n", "--group-size", "4", "--max-tokens", "22"},
                     dir + "/env.log");
