@@ -34,6 +34,8 @@ void configure_stream_pool() {
   }
   configured = dev;
 }
+
+cudaStream_t scope_stream() { return static_cast<cudaStream_t>(t_stream.get()); }  // null: no StreamScope
 #endif
 
 }  // namespace
@@ -130,17 +132,16 @@ Tensor tensor_empty(Device dev, DType dt, const std::vector<int64_t>& shape) {
   } else {
 #ifdef GRPO_HAVE_CUDA
     void* p = nullptr;
-    if (const std::shared_ptr<void>& ts = tensor_thread_stream()) {
+    if (cudaStream_t s = scope_stream()) {
       // Stream-ordered: freed on the same stream after the work queued on it, which the
       // deleter keeps alive.
-      cudaStream_t s = static_cast<cudaStream_t>(ts.get());
       configure_stream_pool();
       cudaError_t e = cudaMallocAsync(&p, alloc, s);
       if (e != cudaSuccess) {
         std::fprintf(stderr, "grpo: cudaMallocAsync of %zu bytes failed: %s\n", alloc, cudaGetErrorString(e));
         std::abort();
       }
-      std::shared_ptr<void> keep = ts;
+      std::shared_ptr<void> keep = t_stream;
       t.owner = std::shared_ptr<void>(p, [keep](void* q) { cudaFreeAsync(q, static_cast<cudaStream_t>(keep.get())); });
       t.data = p;
       return t;
@@ -193,8 +194,7 @@ void tensor_fill_zero(Tensor& t) {
     std::memset(t.data, 0, t.nbytes());
   } else {
 #ifdef GRPO_HAVE_CUDA
-    if (const std::shared_ptr<void>& ts = tensor_thread_stream()) {
-      cudaStream_t s = static_cast<cudaStream_t>(ts.get());
+    if (cudaStream_t s = scope_stream()) {
       GRPO_CHECK(cudaMemsetAsync(t.data, 0, t.nbytes(), s) == cudaSuccess);
       GRPO_CHECK(cudaStreamSynchronize(s) == cudaSuccess);
       return;
@@ -216,8 +216,7 @@ void tensor_copy(Tensor& dst, const Tensor& src) {
     return;
   }
 #ifdef GRPO_HAVE_CUDA
-  if (const std::shared_ptr<void>& ts = tensor_thread_stream()) {
-    cudaStream_t s = static_cast<cudaStream_t>(ts.get());
+  if (cudaStream_t s = scope_stream()) {
     GRPO_CHECK(cudaMemcpyAsync(dst.data, src.data, n, cudaMemcpyDefault, s) == cudaSuccess);
     GRPO_CHECK(cudaStreamSynchronize(s) == cudaSuccess);
     return;

@@ -89,18 +89,14 @@ Result<AsyncRollouts::Queued> AsyncRollouts::produce(bool on_worker) {
   }
   if (!b.ok()) return b.status().with_context("rollout of generation " + std::to_string(q.generation));
   q.batch = std::move(b).value();
-  if (server_ && !q.batch.from_server) {
-    // The in-process engine sampled it on the trainer's thread and weights (the server is lost):
-    // a batch of the current version, whose old logprobs are the trainer's own before its step.
-    q.batch.policy_version = version_;
-    ++r.state.generation;
-    return q;
-  }
   if (server_) {
-    // Tagged with the version the server answered from (rollout_generate). No old logprobs:
-    // the trainer's own logprobs before its step stand in for them (ratio 1), and
-    // train.importance_sampling compares those with the sampler's, which covers the lag.
-    loop_note_server_version(r, q.batch.policy_version, version_);
+    // No old logprobs: the trainer's own logprobs before its step stand in for them (ratio 1).
+    // A batch of the server is tagged with the version it answered from (rollout_generate), and
+    // train.importance_sampling compares those with the sampler's, which covers the lag. One of
+    // the in-process engine (the server is lost) was sampled on the trainer's thread and weights:
+    // the current version.
+    if (q.batch.from_server) loop_note_server_version(r, q.batch.policy_version, version_);
+    else q.batch.policy_version = version_;
     ++r.state.generation;
     return q;
   }
