@@ -162,11 +162,14 @@ int run_config_bench(const std::string& config_path, const std::vector<std::stri
     rollout_s.push_back(t1 - t0);
     train_s.push_back(t2 - t1);
     const double gen = double(b->n_completion_tokens);
-    std::printf("step %d: rollout %.3f s (%.0f tok/s, prefix hits %.0f tokens)  train %.3f s  total %.3f s\n", step,
-                t1 - t0, gen / (t1 - t0), metric_of(b->metrics, "rollout/prefix_hit_tokens"), t2 - t1, t2 - t0);
+    std::printf("step %d: rollout %.3f s (%.0f tok/s, prefix hits %.0f tokens)  train %.3f s  total %.3f s  "
+                "logprob mismatch max %.3g mean %.3g\n",
+                step, t1 - t0, gen / (t1 - t0), metric_of(b->metrics, "rollout/prefix_hit_tokens"), t2 - t1, t2 - t0,
+                metric_of(tm.value(), "logprob_mismatch/max"), metric_of(tm.value(), "logprob_mismatch/mean"));
     last = {{"generated_tokens", gen}, {"rollout_tokens_per_s", gen / (t1 - t0)},
             {"prefix_hit_tokens", metric_of(b->metrics, "rollout/prefix_hit_tokens")},
             {"logprob_mismatch_max", metric_of(tm.value(), "logprob_mismatch/max")},
+            {"logprob_mismatch_mean", metric_of(tm.value(), "logprob_mismatch/mean")},
             {"grad_norm", metric_of(tm.value(), "grad_norm")},
             {"allreduce_s", metric_of(tm.value(), "time/allreduce")},
             {"allreduce_exposed_s", metric_of(tm.value(), "time/allreduce_exposed")}};
@@ -184,7 +187,8 @@ int run_config_bench(const std::string& config_path, const std::vector<std::stri
   last["first_step_s"] = step_s.empty() ? 0.0 : step_s[0];
   std::printf("mean of steps 1..%d: step %.3f s (rollout %.3f s, train %.3f s)\n", steps - 1,
               last["seconds"].get<double>(), last["rollout_s"].get<double>(), last["train_s"].get<double>());
-  const std::string stem = std::filesystem::path(config_path).stem().string() + (dist ? "-dist" : "");
+  const std::string stem = std::filesystem::path(config_path).stem().string() + (dist ? "-dist" : "") +
+                           (r.cfg.train.on_policy == OnPolicy::bitwise ? "-bitwise" : "");
   std::string cmdline = std::string(dist ? "mpirun -np 1 " : "") + "bench_grpo --config " + config_path +
                         (dist ? " --dist" : "");
   for (const auto& x : sets) cmdline += " --set " + x;

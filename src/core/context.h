@@ -18,6 +18,11 @@ struct ContextOptions {
   int n_threads = 0;            // CPU worker threads; 0 = hardware concurrency
   size_t workspace_bytes = size_t(1) << 30;  // cuBLASLt / scratch workspace on the device (1 GiB: big LM-head logprob tiles)
   bool deterministic = false;   // prefer batch-invariant, run-to-run identical reductions
+  // train.on_policy = "bitwise" on CUDA (docs/bitwise.md): every forward GEMM runs the one
+  // batch-invariant kernel (a row's result never depends on M or the other rows), and the
+  // trainer's attention forward takes the engine's per-token paged kernels. Implies nothing
+  // on the CPU, whose deterministic kernels are batch-invariant already.
+  bool batch_invariant = false;
   // CUDA: the stream gets the device's greatest priority, so that its kernels are scheduled
   // ahead of other streams' (the rollout engine beside a training step on one GPU).
   bool high_priority = false;
@@ -32,6 +37,7 @@ class Context {
 
   Device device() const { return opt_.device; }
   bool deterministic() const { return opt_.deterministic; }
+  bool batch_invariant() const { return opt_.batch_invariant; }
   int n_threads() const;
   // Runs fn(begin, end) over [0, n) split into chunks across the pool. Blocks.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t min_chunk = 1) const;

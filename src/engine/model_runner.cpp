@@ -1,6 +1,8 @@
 // Model runner (see model_runner.h).
 #include "engine/model_runner.h"
 
+#include "kernels/linear.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -111,9 +113,11 @@ ModelRunner::ModelRunner(Context& ctx, const ModelWeights& w, const EngineOption
   h_block_table_.assign(size_t(N) * size_t(max_blocks_per_seq_), 0);
   if (opt_.bitwise_logprobs) {
     // Invariants: the loop's config check (train.on_policy) refuses these with a hint.
-    GRPO_CHECK_MSG(dev == Device::cpu, "ModelRunner: bitwise_logprobs runs on the CPU backend only (docs/bitwise.md)");
-    GRPO_CHECK_MSG(ctx.deterministic(), "ModelRunner: bitwise_logprobs needs a deterministic Context (batch-invariant "
-                                        "kernels), or rollouts would not equal the trainer's forward");
+    GRPO_CHECK_MSG(ctx.deterministic() && (dev == Device::cpu || ctx.batch_invariant()),
+                   "ModelRunner: bitwise_logprobs needs a deterministic Context (on CUDA also batch_invariant), or "
+                   "rollouts would not equal the trainer's forward");
+    const std::string gemm = batch_invariant_gemm_problem(ctx, w.dtype);
+    GRPO_CHECK_MSG(gemm.empty(), ("ModelRunner: bitwise_logprobs " + gemm).c_str());
     GRPO_CHECK_MSG(geo.kv_dtype == w.dtype, "ModelRunner: bitwise_logprobs needs an unquantised KV cache");
     d_lse_ = tensor_zeros(dev, DType::f32, {N});
   }
@@ -240,7 +244,9 @@ void ModelRunner::run_forward(const SchedulerOutput& step) {
       return;
     }
   }
-  fill_inputs(step, T, true);
+  // Bitwise logprobs: no tensor-core prefill tiles, whose reduction order differs from the
+  // per-token kernels the trainer's forward runs in that mode (docs/bitwise.md).
+  fill_inputs(step, T, !opt_.bitwise_logprobs);
   int max_context = 0;
   for (int t = 0; t < T; ++t) max_context = std::max(max_context, h_positions_[size_t(t)] + 1);
   ForwardBatch batch = batch_view(T, S, R, max_context);

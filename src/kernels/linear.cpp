@@ -7,7 +7,24 @@
 #include "kernels/elementwise.h"
 #include "kernels/validate.h"
 
+#ifdef GRPO_HAVE_CUDA
+#include "kernels/cuda/linear_wgmma.h"
+#endif
+
 namespace grpo {
+
+std::string batch_invariant_gemm_problem(const Context& ctx, DType dt) {
+  if (ctx.device() == Device::cpu) return "";
+#ifdef GRPO_HAVE_CUDA
+  if (dt != DType::bf16) return "needs bf16 weights on CUDA (model.dtype = \"bf16\"): its batch-invariant GEMM is bf16";
+  if (!cuda::wgmma_gemm_available())
+    return "needs an sm_90 (Hopper) GPU on CUDA: its batch-invariant GEMM is the wgmma kernel of the decode path";
+  return "";
+#else
+  (void)dt;
+  return "this build has no CUDA backend";
+#endif
+}
 
 void linear_forward(Context& ctx, Tensor& out, const Tensor& x, const Tensor& w, const Tensor* bias, bool accumulate) {
   GRPO_CHECK_ACT(ctx, x);

@@ -1,6 +1,8 @@
 // Dense layers (GEMM). Weights are stored as in Hugging Face: w (N, K), so
 // out = x · wᵀ. CUDA uses cuBLASLt (bf16 in, f32 accumulate).
 #pragma once
+#include <string>
+
 #include "core/context.h"
 
 #define GRPO_LINEAR_OPS                                                                          \
@@ -17,6 +19,11 @@ namespace grpo::cpu { GRPO_LINEAR_OPS }
 namespace grpo::cuda { GRPO_LINEAR_OPS }
 
 namespace grpo {
+// Why ctx cannot run the batch-invariant forward GEMMs of train.on_policy = "bitwise" on
+// weights of dtype dt, as a sentence for an error message, or "" when it can (always on the
+// CPU; CUDA needs bf16 and an sm_90 GPU, whose wgmma kernel serves every M).
+std::string batch_invariant_gemm_problem(const Context& ctx, DType dt);
+
 // The MLP's gate/up projection and SwiGLU:
 //   act (M,F) = silu(g)·u,  [g | u] = x (M,K) · w_gate_up (2F,K)ᵀ,
 // i.e. linear_forward(gate_up, x, w_gate_up) then swiglu_forward(act, gate_up). On CUDA, for

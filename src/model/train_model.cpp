@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/attention.h"
 #include "kernels/columns.h"
 #include "kernels/elementwise.h"
 #include "kernels/gather.h"
@@ -100,6 +101,12 @@ struct TrainState {
   RopeTable rope;
   int rope_positions = 0;
   Tensor xf_t, rstd_f_t, h_sel_t, lse_sel_t;
+  // Batch-invariant CUDA contexts (bitwise on-policy, docs/bitwise.md): the batch as the
+  // engine's paged cache, so that attention runs the engine's per-token kernels.
+  bool paged = false;
+  PagedAttnMeta paged_meta;              // blocks of kPagedBlock positions, per sequence in order
+  Buf k_cache, v_cache, attn_tmp;
+  int paged_meta_blocks = 0;
   bool kept = false;                     // the last forward kept activations
   const void* kept_weights = nullptr;
   int kept_tokens = 0;
@@ -207,6 +214,43 @@ void lora_backward(Context& ctx, TrainState& st, const TrainModel& m, int l, std
   }
 }
 
+constexpr int kPagedBlock = 16;  // positions per block of the trainer's paged view
+
+// The batch's paged view (TrainState::paged_meta): sequence s owns blocks base_s ..
+// base_s + ceil(n_s / 16) - 1, its token at position p sits in slot 16·base_s + p.
+void build_paged_view(Context& ctx, TrainState& st, const TrainBatch& b) {
+  const auto& cu = b.attn.cu_seqlens;
+  const int S = int(cu.size()) - 1;
+  std::vector<int32_t> base(size_t(S) + 1, 0);
+  int max_blocks = 1, max_len = 1;
+  for (int s = 0; s < S; ++s) {
+    const int n = cu[size_t(s) + 1] - cu[size_t(s)];
+    const int nb = (n + kPagedBlock - 1) / kPagedBlock;
+    base[size_t(s) + 1] = base[size_t(s)] + nb;
+    max_blocks = std::max(max_blocks, nb);
+    max_len = std::max(max_len, n);
+  }
+  std::vector<int32_t> table(size_t(S) * size_t(max_blocks), 0), seq(size_t(b.n_tokens)), slots(size_t(b.n_tokens));
+  for (int s = 0; s < S; ++s) {
+    for (int j = 0; j < base[size_t(s) + 1] - base[size_t(s)]; ++j)
+      table[size_t(s) * size_t(max_blocks) + size_t(j)] = base[size_t(s)] + j;
+    for (int t = cu[size_t(s)]; t < cu[size_t(s) + 1]; ++t) {
+      seq[size_t(t)] = s;
+      slots[size_t(t)] = base[size_t(s)] * kPagedBlock + (t - cu[size_t(s)]);
+    }
+  }
+  PagedAttnMeta& m = st.paged_meta;
+  m.token_seq = upload_i32(ctx, seq);
+  m.token_pos = b.positions;
+  m.block_table = upload_i32(ctx, table).view({int64_t(S), int64_t(max_blocks)});
+  m.slot_mapping = upload_i32(ctx, slots);
+  m.block_size = kPagedBlock;
+  m.max_context = max_len;
+  m.window = 0;
+  m.n_prefill_tiles = 0;
+  st.paged_meta_blocks = base[size_t(S)];
+}
+
 void layer_forward(Context& ctx, TrainState& st, const LoraWeights* lw, const ModelConfig& c, int l,
                    const LayerWeights& L, const RopeTable& rope, const TrainBatch& b, const Tensor& x_in, LayerActs& a,
                    Tensor& qkv, Tensor& x_out) {
@@ -225,7 +269,27 @@ void layer_forward(Context& ctx, TrainState& st, const LoraWeights* lw, const Mo
   }
   rope_forward(ctx, a.q, b.positions, rope.cos, rope.sin);
   rope_forward(ctx, a.k, b.positions, rope.cos, rope.sin);
-  attention_forward(ctx, a.attn, &a.lse, a.q, a.k, a.v, layer_attn(c, b, l));
+  if (st.paged) {
+    // Bitwise on-policy on CUDA: the engine's own per-layer step over this batch laid out as
+    // its paged cache: the fused rope (+ q/k norm) kernel writes q and the cache rows, and the
+    // per-token paged attention reads them, so every row is computed as the rollout computed
+    // it. The backward's log-sum-exp comes from the packed kernel (not part of the logprobs).
+    const Device dev = ctx.device();
+    const int64_t nb = st.paged_meta_blocks;
+    Tensor kc = st.k_cache.get(dev, a.k.dtype, {nb, kPagedBlock, Hk, D});
+    Tensor vc = st.v_cache.get(dev, a.v.dtype, {nb, kPagedBlock, Hk, D});
+    PagedAttnMeta pm = st.paged_meta;
+    pm.window = c.attn_window(l);
+    if (c.qk_norm)
+      qk_norm_rope_cache_write(ctx, a.q, qkv, L.q_norm, L.k_norm, eps, b.positions, rope.cos, rope.sin, kc, vc, pm);
+    else
+      rope_qkv_cache_write(ctx, a.q, qkv, b.positions, rope.cos, rope.sin, kc, vc, pm);
+    attention_paged(ctx, a.attn, a.q, kc, vc, pm);
+    Tensor packed = st.attn_tmp.get(dev, a.attn.dtype, {T, Hq, D});
+    attention_forward(ctx, packed, &a.lse, a.q, a.k, a.v, layer_attn(c, b, l));
+  } else {
+    attention_forward(ctx, a.attn, &a.lse, a.q, a.k, a.v, layer_attn(c, b, l));
+  }
   // Deterministic runs add each block's output to the residual in the engine's order
   // (residual + product, then the adapters: transformer_forward accumulates into x), so
   // that its rollouts reproduce these bits (docs/bitwise.md); otherwise the product and its
@@ -323,6 +387,8 @@ void train_model_forward(Context& ctx, TrainModel& m, const ModelWeights& w, con
   for (size_t i = 0; i < n_layer_bufs; ++i) st.acts[i] = st.layer_bufs[i].carve(c, dev, dt, T, lora_r);
   Tensor qkv = st.qkv.get(dev, dt, {T, int64_t(c.qkv_dim())});
 
+  st.paged = ctx.batch_invariant() && dev == Device::cuda;
+  if (st.paged) build_paged_view(ctx, st, b);
   auto x_of = [&](int l) -> Tensor& { return keep_for_backward ? st.x[size_t(l)] : st.x[size_t(l % 2)]; };
   gather_rows_forward(ctx, x_of(0), w.embed, b.tokens);
   for (int l = 0; l < Ln; ++l)

@@ -1,6 +1,8 @@
 // Setup of a `grpo train` run (see loop_setup.h).
 #include "train/loop_setup.h"
 
+#include "kernels/linear.h"
+
 #include "train/data_parallel.h"
 #include "train/lora_setup.h"
 
@@ -35,6 +37,7 @@ Result<ContextOptions> context_options(const RunConfig& cfg, int n_threads) {
                         "\": no CUDA device (or built without CUDA); use --set model.device=cpu");
   co.device = Device::cuda;
   if (d.index >= 0) co.cuda_device = d.index;
+  co.batch_invariant = cfg.train.on_policy == OnPolicy::bitwise;
   return co;
 }
 
@@ -330,6 +333,10 @@ Result<std::unique_ptr<LoopRun>> loop_setup(const RunConfig& cfg_in, const Train
     engine_co.high_priority = true;
   }
   r.ctx = std::make_unique<Context>(co);
+  if (co.batch_invariant) {  // sm_90 and bf16 (the batch-invariant GEMM), before any model is built
+    const std::string why = batch_invariant_gemm_problem(*r.ctx, cfg.model.dtype);
+    if (!why.empty()) return error_status("train.on_policy = \"bitwise\" " + why);
+  }
   auto w = model_load(r.paths.model, co.device, dt, r.ctx.get());
   if (!w.ok()) return w.status().with_context("model.path");
   r.weights = std::make_unique<ModelWeights>(std::move(w).value());

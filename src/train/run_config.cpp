@@ -257,10 +257,14 @@ Status RunConfig::validate() const {
   if (t.on_policy == OnPolicy::bitwise) {
     const char* k = "train.on_policy";
     const std::string v = "bitwise";
-    c.require(model.device.kind == Device::cpu, k, v,
-              "needs model.device = \"cpu\" for now: the CUDA rollout and training kernels still differ in GEMM "
-              "tiling and attention reduction order (docs/bitwise.md); use on_policy = \"default\" with "
-              "train.importance_sampling on CUDA");
+    if (model.device.kind == Device::cuda) {
+      c.require(model.dtype == DType::bf16, k, v,
+                "needs model.dtype = \"bf16\" on CUDA: the batch-invariant GEMM both sides share is the bf16 wgmma "
+                "kernel (docs/bitwise.md); or run on model.device = \"cpu\"");
+      c.require(!lora.enabled, k, v,
+                "does not support LoRA adapters on CUDA yet (their rank-r products are below the batch-invariant "
+                "GEMM's smallest K of 64); set lora.enabled = false, or run on model.device = \"cpu\"");
+    }
     c.require(engine.kv_cache_dtype == KvCacheDtype::automatic, k, v,
               "needs engine.kv_cache_dtype = \"auto\": the trainer attends over unquantised K/V, so rollouts over an "
               "FP8 cache cannot match it bit for bit");

@@ -181,6 +181,65 @@ TEST(CudaLinearWgmma, GraphReplay) {
 }
 
 // Where the kernel does not apply it declines and leaves the output alone.
+// linear_wgmma_rows (the bitwise mode's GEMM for every M) gives each row the bits that
+// linear_wgmma gives it in a decode-sized call, whatever M and slice the row comes in, and is
+// within the bf16 bound of the CPU reference; linear_wgmma_f32 holds the same sums scaled by
+// alpha in f32 (within f32 rounding of the reference) and is M-invariant too.
+TEST(CudaLinearWgmma, RowsAndF32AreBatchInvariant) {
+  GRPO_SKIP_WITHOUT_WGMMA();
+  const int64_t kM = 203;  // three full 64-row slices and a partial one
+  uint32_t seed = 900;
+  for (const Case& c : kCases) {
+    seed += 10;
+    const std::vector<float> x = rounded(randn(size_t(kM * c.K), seed), DType::bf16);
+    const std::vector<float> w = rounded(randn(size_t(c.N * c.K), seed + 1, 0.05f), DType::bf16);
+    const std::vector<float> b = rounded(randn(size_t(c.N), seed + 2), DType::bf16);
+    const std::vector<float> old = rounded(randn(size_t(kM * c.N), seed + 3), DType::bf16);
+    Tensor gx = dev(x, DType::bf16, {kM, c.K}), gw = dev(w, DType::bf16, {c.N, c.K});
+    Tensor gb;
+    if (c.bias != Bias::none) gb = dev(b, c.bias == Bias::f32 ? DType::f32 : DType::bf16, {c.N});
+    const Tensor* bias = c.bias == Bias::none ? nullptr : &gb;
+    auto out_for = [&](int64_t r0, int64_t r1) {
+      if (!c.accumulate) return poisoned(DType::bf16, {r1 - r0, c.N});
+      return dev(std::vector<float>(old.begin() + r0 * c.N, old.begin() + r1 * c.N), DType::bf16, {r1 - r0, c.N});
+    };
+    Tensor all = out_for(0, kM);
+    ASSERT_TRUE(cuda::linear_wgmma_rows(gpu_ctx(), all, gx, gw, bias, c.accumulate)) << case_name(c, kM);
+    const std::vector<float> got = fetch(all);
+    // Against decode-sized calls of row ranges that straddle the 64-row slices.
+    for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 1}, {5, 12}, {60, 70}, {130, 194}, {190, 203}}) {
+      Tensor o = out_for(r0, r1);
+      ASSERT_TRUE(cuda::linear_wgmma(gpu_ctx(), o, gx.slice0(r0, r1), gw, bias, c.accumulate));
+      const std::vector<float> part = fetch(o);
+      EXPECT_TRUE(bitwise_equal(part, std::vector<float>(got.begin() + r0 * c.N, got.begin() + r1 * c.N), part.size()))
+          << "rows " << r0 << ".." << r1 << " differ from linear_wgmma: " << case_name(c, kM);
+    }
+    if (c.bias != Bias::none || c.accumulate) continue;
+    // f32 output, alpha = 1/0.7 (a sampling temperature), against the CPU reference and M-invariant.
+    const float alpha = 1.f / 0.7f;
+    Tensor f_all = poisoned(DType::f32, {kM, c.N});
+    ASSERT_TRUE(cuda::linear_wgmma_f32(gpu_ctx(), f_all, gx, gw, alpha)) << case_name(c, kM);
+    const std::vector<float> fa = fetch(f_all);
+    Tensor f_part = poisoned(DType::f32, {33, c.N});
+    ASSERT_TRUE(cuda::linear_wgmma_f32(gpu_ctx(), f_part, gx.slice0(100, 133), gw, alpha));
+    const std::vector<float> fp = fetch(f_part);
+    EXPECT_TRUE(bitwise_equal(fp, std::vector<float>(fa.begin() + 100 * c.N, fa.begin() + 133 * c.N), fp.size()))
+        << "f32 rows 100..133 depend on the batch: " << case_name(c, kM);
+    std::vector<float> xm = x, pre(size_t(kM * c.N)), ax = absv(x), aw = absv(w), mag(size_t(kM * c.N));
+    std::vector<float> wm = w;
+    Tensor hx = host(xm, {kM, c.K}), hw = host(wm, {c.N, c.K}), hp = host(pre, {kM, c.N});
+    Tensor hax = host(ax, {kM, c.K}), haw = host(aw, {c.N, c.K}), hm = host(mag, {kM, c.N});
+    cpu::linear_forward(cpu_ctx(), hp, hx, hw, nullptr, false);
+    cpu::linear_forward(cpu_ctx(), hm, hax, haw, nullptr, false);
+    std::vector<float> ref(pre.size()), bound(pre.size());
+    for (size_t i = 0; i < pre.size(); ++i) {
+      ref[i] = alpha * pre[i];
+      bound[i] = float(alpha * (1e-4 * mag[i]) + 1e-6 * std::fabs(ref[i]));
+    }
+    EXPECT_TRUE(within_bound("f32 " + case_name(c, kM), fa, ref, bound));
+  }
+}
+
 TEST(CudaLinearWgmma, DeclinesUnsupported) {
   GRPO_SKIP_WITHOUT_WGMMA();
   const int64_t N = 40;

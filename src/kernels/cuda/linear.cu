@@ -197,6 +197,16 @@ void linear_forward(Context& ctx, Tensor& out, const Tensor& x, const Tensor& w,
     GRPO_CHECK_MSG(bias->numel() == N, "linear_forward: bias must have N elements");
     if (bias->dtype == out.dtype) epi_bias = bias->data;
   }
+  if (ctx.batch_invariant()) {
+    // Bitwise on-policy: one kernel for every M (linear_wgmma_rows: a row's bits never depend on
+    // the batch), f32 outputs (the LM head's logits) through its f32 epilogue.
+    const bool ok = out.dtype == DType::bf16 ? linear_wgmma_rows(ctx, out, x, w, bias, accumulate)
+                    : (out.dtype == DType::f32 && !bias && !accumulate) ? linear_wgmma_f32(ctx, out, x, w, 1.f)
+                                                                         : false;
+    GRPO_CHECK_MSG(ok, "linear_forward: the batch-invariant GEMM of train.on_policy = \"bitwise\" needs bf16 weights "
+                       "with K a multiple of 8 and at least 64, 16-byte aligned operands and an sm_90 (Hopper) GPU");
+    return;
+  }
   // Small decode-sized bf16 products: the weight-streaming kernel of linear_small_m.cu where it
   // measured faster (small_m_preferred), unless GRPO_SMALL_M_GEMM=0 or it does not apply.
   if (out.dtype == DType::bf16 && small_m_gemm_enabled() && small_m_preferred(M, N) &&
@@ -230,6 +240,16 @@ void set_fused_gate_swiglu_enabled(bool on) { fused_gate_flag().store(on, std::m
 void linear_swiglu_forward(Context& ctx, Tensor& act, Tensor& gate_up_scratch, const Tensor& x,
                            const Tensor& w_gate_up) {
   const int64_t M = x.shape[0], N = w_gate_up.shape[0];  // N = 2F
+  if (ctx.batch_invariant()) {
+    // The fused kernel where it applies (decode-sized M; bit for bit the plain kernel + SwiGLU
+    // under the same split), else linear_forward's batch-invariant kernel + SwiGLU.
+    if (M <= 64 && fused_gate_swiglu_enabled() && aligned16(gate_up_scratch.data) &&
+        linear_wgmma_swiglu(ctx, act, x, w_gate_up))
+      return;
+    cuda::linear_forward(ctx, gate_up_scratch, x, w_gate_up, nullptr, false);
+    cuda::swiglu_forward(ctx, act, gate_up_scratch);
+    return;
+  }
   // The fused kernel only where linear_forward would run linear_wgmma on (M, N): bf16, M <= 64,
   // not sent to linear_small_m (small_m_preferred; where that kernel would decline, the
   // unfused path is taken anyway, which is still exact), the wgmma switches allow N, and

@@ -8,8 +8,8 @@
 // moves a whole 64-wide K chunk of NT weight rows with one instruction, so the SM's issue
 // slots stay free and the kernel is left with the memory system as its limit.
 //
-// Work split. A block owns NT weight rows (NT = wgmma n = 64, 128 or 256) × all M rows
-// (padded to the wgmma m of 64) × a range of K. K is cut into 64-wide chunks (128 bytes of a
+// Work split. A block owns NT weight rows (NT = wgmma n = 64, 128 or 256) × a 64-row slice of x
+// (blockIdx.y; one slice, padded to the wgmma m of 64, for decode) × a range of K. K is cut into 64-wide chunks (128 bytes of a
 // row). With split > 1, the `split` blocks of a thread-block cluster share one NT tile and take
 // consecutive chunk ranges (rank r: chunks [r·C/split, (r+1)·C/split)), as in linear_small_m.
 // With split = 1 a block loops over tiles blockIdx.x, blockIdx.x + gridDim.x, .. (a persistent
@@ -75,6 +75,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/env_switch.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/linear_epilogue.cuh"
 #include "kernels/cuda/mma.cuh"
@@ -106,10 +107,13 @@ constexpr size_t kSmPerSm = 228u * 1024u;      // shared memory per SM (occupanc
 
 struct WgArgs {
   __nv_bfloat16* out;
+  float* out_f32;  // f32 output instead of out (linear_wgmma_f32): alpha · Σ x·w, no bias or accumulate
+  float alpha;
   const void* bias;
   int bias_kind;
   int accumulate;
   int M, N, K;
+  int x_box_rows;  // rows of the x TMA box: min(M, 64); the block's 64-row slice starts at 64·blockIdx.y
   int n_chunks;    // ceil(K / kKC)
   int n_tiles;     // ceil(N / NT); gated: F / (NT/2)
   int w_box_rows;  // rows of the w TMA box: min(NT, N); gated: NT/2 (two boxes per stage)
@@ -301,6 +305,27 @@ template <int N>
 __device__ __forceinline__ void wgmma_bf16(float (&)[N / 2], uint64_t, uint64_t) {}
 #endif
 
+// E consecutive outputs (m, n..n+E-1) of the plain kernel: the bf16 epilogue (epilogue_store), or
+// with out_f32 alpha·v stored as f32 (linear_wgmma_f32: one f32 product, no bias, no old output).
+template <int E>
+__device__ __forceinline__ void store_out(const WgArgs& a, float (&v)[E], int m, int n) {
+  if (!a.out_f32) {
+    epilogue_store<E>(a, v, m, n);
+    return;
+  }
+  float* o = a.out_f32 + int64_t(m) * a.N + n;
+  if (a.N % E == 0) {  // n % E == 0 too: an aligned vector
+    if constexpr (E == 4)
+      *reinterpret_cast<float4*>(o) = make_float4(a.alpha * v[0], a.alpha * v[1], a.alpha * v[2], a.alpha * v[3]);
+    else
+      *reinterpret_cast<float2*>(o) = make_float2(a.alpha * v[0], a.alpha * v[1]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < E; ++j)
+      if (n + j < a.N) o[j] = a.alpha * v[j];
+  }
+}
+
 // Accumulator fragment of wgmma m64nNk16 with f32 D (PTX ISA, "Register fragment D"): thread t
 // of the warpgroup (warp w = t / 32, lane l) holds, for j = 0 .. N/8-1,
 //   d[4j + 0], d[4j + 1]: row 16w + l/4,     columns 8j + 2·(l%4) + {0, 1}
@@ -318,7 +343,7 @@ __device__ __forceinline__ void wgmma_bf16(float (&)[N / 2], uint64_t, uint64_t)
 template <int NT, bool GATED>
 __global__ void __launch_bounds__(kThreads, 1)
     linear_wgmma_kernel(const __grid_constant__ CUtensorMap tm_w, const __grid_constant__ CUtensorMap tm_x,
-                        const WgArgs a) {
+                        const WgArgs a_in) {
 #if GRPO_WGMMA_DEVICE
   constexpr int kAcc = NT / 2;
   constexpr int kOutCols = GATED ? NT / 2 : NT;         // output columns per tile (act columns when gated)
@@ -331,11 +356,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t pad = ((raw + 1023u) & ~1023u) - raw;
   unsigned char* const base = smraw + pad;
   const uint32_t sbase = raw + pad;
+  // This block's 64-row slice of x and out (blockIdx.y): the epilogue sees it as rows 0..63.
+  const int row0 = int(blockIdx.y) * kMaxM;
+  WgArgs a = a_in;
   const uint32_t bar0 = sbase + uint32_t(a.data_bytes);  // S mbarriers of 8 bytes
   const int S = a.stages;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   cg::cluster_group cluster = cg::this_cluster();
+  a.M = min(kMaxM, a_in.M - row0);
+  if (a.out) a.out += int64_t(row0) * a.N;
+  if (a.out_f32) a.out_f32 += int64_t(row0) * a.N;
   const int rank = a.split > 1 ? int(cluster.block_rank()) : 0;
 
   // This block's work: items i = 0 .. n_items-1, each one 64-wide chunk of one tile.
@@ -356,7 +387,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int my_tiles = tile0 < a.n_tiles ? (a.n_tiles - 1 - tile0) / step + 1 : 0;
     n_items = my_tiles * cpt;
   }
-  const uint32_t tx_bytes = uint32_t(kWLoads * a.w_box_rows + a.M) * kRowBytes;  // the w box(es) + the x box (M rows)
+  // The w box(es) + the x box (x_box_rows rows: TMA counts a whole box, rows past M zero-filled).
+  const uint32_t tx_bytes = uint32_t(kWLoads * a.w_box_rows + a.x_box_rows) * kRowBytes;
 
   // Thread 0: arm stage st for item j and request its w (and x) chunk.
   uint64_t w_policy = 0;
@@ -375,7 +407,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   auto issue_x = [&](int st, int j) {
     const int chunk = c_begin + j % cpt;
-    tma_load_2d(sbase + uint32_t(st) * kStageBytes, &tm_x, bar0 + 8u * uint32_t(st), chunk * kKC, 0);
+    tma_load_2d(sbase + uint32_t(st) * kStageBytes, &tm_x, bar0 + 8u * uint32_t(st), chunk * kKC, row0);
   };
 
   pdl_trigger();
@@ -461,11 +493,11 @@ __global__ void __launch_bounds__(kThreads, 1)
             if (n < a.N) {
               if (r0 < a.M) {
                 float v[2] = {acc[4 * jj], acc[4 * jj + 1]};
-                epilogue_store<2>(a, v, r0, n);
+                store_out<2>(a, v, r0, n);
               }
               if (r0 + 8 < a.M) {
                 float v[2] = {acc[4 * jj + 2], acc[4 * jj + 3]};
-                epilogue_store<2>(a, v, r0 + 8, n);
+                store_out<2>(a, v, r0 + 8, n);
               }
             }
           }
@@ -519,7 +551,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       sum_ranks(part, a.split, off + kOutCols, u);
       swiglu_epilogue_store<4>(a, v, u, m, n);
     } else {
-      epilogue_store<4>(a, v, m, n);
+      store_out<4>(a, v, m, n);
     }
   }
   cluster.sync();  // peers may still be reading this block's tile
@@ -623,10 +655,11 @@ void launch(const CUtensorMap& tw, const CUtensorMap& tx, WgArgs a, cudaStream_t
   a.data_bytes = int(data_bytes(NT, a.split, a.stages));
   int64_t grid = int64_t(a.n_tiles) * a.split;
   if (a.split == 1) grid = std::min<int64_t>(a.n_tiles, int64_t(sm_count()) * blocks_per_sm<NT, G>(a.stages));
-  GRPO_CHECK_MSG(grid >= 1 && grid <= INT_MAX, "linear_wgmma: grid size out of range");
+  const int64_t m_tiles = ceil_div(a.M, kMaxM);  // 64-row slices of x along y (1 for decode)
+  GRPO_CHECK_MSG(grid >= 1 && grid <= INT_MAX && m_tiles <= 65535, "linear_wgmma: grid size out of range");
   // Programmatic dependent launch (see the kernel's prologue) and split-K clusters.
-  launch_pdl_on(stream, unsigned(a.split), linear_wgmma_kernel<NT, G>, dim3(unsigned(grid), 1, 1), dim3(kThreads, 1, 1),
-                smem, tw, tx, a);
+  launch_pdl_on(stream, unsigned(a.split), linear_wgmma_kernel<NT, G>, dim3(unsigned(grid), unsigned(m_tiles), 1),
+                dim3(kThreads, 1, 1), smem, tw, tx, a);
 }
 
 // Ring depth for a block that streams `items` chunks (INT_MAX: a persistent block):
@@ -736,29 +769,39 @@ WgmmaGemmConfig wgmma_gemm_config(int64_t N, int64_t K) {
 
 bool wgmma_gemm_available() { return device_is_sm90() && tensor_map_encoder() != nullptr; }
 
-bool linear_wgmma(Context& ctx, Tensor& out, const Tensor& x, const Tensor& w, const Tensor* bias, bool accumulate,
-                  WgmmaGemmConfig cfg) {
-  int bias_kind = kNoBias;  // K >= one 64-wide chunk: no TMA box exceeds the tensor
-  if (!decode_gemm_applies(out, x, w, bias, kKC, 256, &bias_kind) || !wgmma_gemm_available()) return false;
-  const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
+namespace {
 
+// The plain kernel over x (M,K) · w (N,K)ᵀ for any M >= 1 (64-row slices along the grid's y),
+// into out (bf16, with bias / accumulate) or out_f32 (alpha · product). Operands checked by the callers.
+void run_plain(Context& ctx, __nv_bfloat16* out, float* out_f32, float alpha, const Tensor& x, const Tensor& w,
+               const Tensor* bias, int bias_kind, bool accumulate, WgmmaGemmConfig cfg) {
+  const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
   const bool explicit_cfg = cfg.nt != 0 && cfg.split != 0;
   const WgmmaGemmConfig h = explicit_cfg ? WgmmaGemmConfig{} : wgmma_gemm_config(N, K);
+  if (!explicit_cfg && M > kMaxM && cfg.nt == 0) {
+    // Many row slices: wider weight tiles re-read x less; nt changes no result bit (only split does).
+    static const int rows_nt = int(env_long("GRPO_WGMMA_ROWS_NT", 128, 64, 256));
+    cfg.nt = (rows_nt == 64 || rows_nt == 128 || rows_nt == 256) && N >= rows_nt ? rows_nt : h.nt;
+  }
   const int nt = cfg.nt ? cfg.nt : h.nt, split = cfg.split ? cfg.split : h.split;
   GRPO_CHECK_MSG(nt == 64 || nt == 128 || nt == 256, "linear_wgmma: nt must be 64, 128 or 256");
   GRPO_CHECK_MSG(split == 1 || split == 2 || split == 4 || split == kMaxSplit, "linear_wgmma: split must be 1, 2, 4 or 8");
   const int64_t chunks = ceil_div(K, kKC), n_tiles = ceil_div(N, nt);
   const int w_box_rows = int(std::min<int64_t>(nt, N));
   const CUtensorMap tw = make_tensor_map(w.data, N, K, w_box_rows);
-  const CUtensorMap tx = make_tensor_map(x.data, M, K, int(M));
+  const int x_box_rows = int(std::min<int64_t>(M, kMaxM));
+  const CUtensorMap tx = make_tensor_map(x.data, M, K, x_box_rows);
   WgArgs a{};
-  a.out = out.ptr<__nv_bfloat16>();
+  a.out = out;
+  a.out_f32 = out_f32;
+  a.alpha = alpha;
   a.bias = bias ? bias->data : nullptr;
   a.bias_kind = bias_kind;
   a.accumulate = accumulate ? 1 : 0;
   a.M = int(M);
   a.N = int(N);
   a.K = int(K);
+  a.x_box_rows = x_box_rows;
   a.n_chunks = int(chunks);
   a.n_tiles = int(n_tiles);
   a.w_box_rows = w_box_rows;
@@ -766,6 +809,50 @@ bool linear_wgmma(Context& ctx, Tensor& out, const Tensor& x, const Tensor& w, c
   // Explicit stages, else the heuristic's when its (nt, split) runs, else the tile's default.
   a.stages = cfg.stages ? cfg.stages : (!explicit_cfg && nt == h.nt && split == h.split) ? h.stages : 0;
   run_tiles<false>(ctx, tw, tx, a, nt);
+}
+
+// decode_gemm_applies without its M <= 64 bound (rows: any M >= 1 up to 64·65535).
+bool rows_gemm_applies(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor* bias, DType out_dtype,
+                       int* bias_kind) {
+  if (x.dtype != DType::bf16 || w.dtype != DType::bf16 || out.dtype != out_dtype) return false;
+  if (x.ndim != 2 || w.ndim != 2 || out.ndim != 2) return false;
+  const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
+  if (w.shape[1] != K || out.shape[0] != M || out.shape[1] != N) return false;
+  if (M < 1 || M > int64_t(kMaxM) * 65535 || N < 1 || K < kKC || K % 8 != 0) return false;
+  if (N > INT_MAX - 256 || K > INT_MAX - 64 || M * N > int64_t(INT_MAX) * 64) return false;
+  if (!aligned16(x.data) || !aligned16(w.data) || !aligned16(out.data)) return false;
+  *bias_kind = kNoBias;
+  if (bias) {
+    if (out_dtype != DType::bf16 || bias->numel() != N || !aligned16(bias->data)) return false;
+    if (bias->dtype == DType::bf16) *bias_kind = kBiasBf16;
+    else if (bias->dtype == DType::f32) *bias_kind = kBiasF32;
+    else return false;
+  }
+  return wgmma_gemm_available();
+}
+
+}  // namespace
+
+bool linear_wgmma(Context& ctx, Tensor& out, const Tensor& x, const Tensor& w, const Tensor* bias, bool accumulate,
+                  WgmmaGemmConfig cfg) {
+  int bias_kind = kNoBias;  // K >= one 64-wide chunk: no TMA box exceeds the tensor
+  if (!decode_gemm_applies(out, x, w, bias, kKC, 256, &bias_kind) || !wgmma_gemm_available()) return false;
+  run_plain(ctx, out.ptr<__nv_bfloat16>(), nullptr, 1.f, x, w, bias, bias_kind, accumulate, cfg);
+  return true;
+}
+
+bool linear_wgmma_rows(Context& ctx, Tensor& out, const Tensor& x, const Tensor& w, const Tensor* bias,
+                       bool accumulate) {
+  int bias_kind = kNoBias;
+  if (!rows_gemm_applies(out, x, w, bias, DType::bf16, &bias_kind)) return false;
+  run_plain(ctx, out.ptr<__nv_bfloat16>(), nullptr, 1.f, x, w, bias, bias_kind, accumulate, {});
+  return true;
+}
+
+bool linear_wgmma_f32(Context& ctx, Tensor& out, const Tensor& x, const Tensor& w, float alpha) {
+  int bias_kind = kNoBias;
+  if (!rows_gemm_applies(out, x, w, nullptr, DType::f32, &bias_kind)) return false;
+  run_plain(ctx, nullptr, out.ptr<float>(), alpha, x, w, nullptr, bias_kind, false, {});
   return true;
 }
 
@@ -817,6 +904,7 @@ bool linear_wgmma_swiglu(Context& ctx, Tensor& act, const Tensor& x, const Tenso
   a.bias = nullptr;
   a.bias_kind = kNoBias;
   a.M = int(M);
+  a.x_box_rows = int(M);
   a.N = int(F);
   a.K = int(K);
   a.n_chunks = int(chunks);

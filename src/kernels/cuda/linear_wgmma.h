@@ -41,6 +41,18 @@ bool wgmma_gemm_available();
 bool linear_wgmma(Context& ctx, Tensor& out, const Tensor& x, const Tensor& w, const Tensor* bias, bool accumulate,
                   WgmmaGemmConfig cfg = {});
 
+// The same kernel for any M >= 1 (batch-invariant GEMM of train.on_policy = "bitwise",
+// docs/bitwise.md): x is cut into 64-row slices along the grid, each computed exactly as a
+// decode call of those rows, so a row's result is the one linear_wgmma gives it in any batch.
+// The split is wgmma_gemm_config(N, K)'s; with M > 64 the weight tile is 128 rows
+// (GRPO_WGMMA_ROWS_NT = 64|128|256 overrides; nt changes no bit). False where it does not
+// apply (as linear_wgmma, without the M <= 64 bound).
+bool linear_wgmma_rows(Context& ctx, Tensor& out, const Tensor& x, const Tensor& w, const Tensor* bias,
+                       bool accumulate);
+// out (M,N) f32 = alpha · (x · wᵀ): the sums of linear_wgmma_rows, scaled in f32 and stored
+// unrounded (the LM head's logits and the logprob tiles of the bitwise mode).
+bool linear_wgmma_f32(Context& ctx, Tensor& out, const Tensor& x, const Tensor& w, float alpha);
+
 // ---- Gate/up projection with SwiGLU fused into the epilogue ----
 //   act (M,F) = silu(g)·u,  [g | u] = x (M,K) · w_gate_up (2F,K)ᵀ  (g: columns [0,F), u: [F,2F)).
 // A block owns act columns [n0, n0 + nt) and streams, per 64-wide K chunk, gate rows n0.. and up

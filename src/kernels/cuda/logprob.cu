@@ -12,6 +12,7 @@
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/linear_wgmma.h"
 #include "kernels/cuda/reduce.cuh"
 #include "kernels/cuda/workspace.cuh"
 #include "kernels/logprob.h"
@@ -125,9 +126,17 @@ void token_logprobs_forward(Context& ctx, Tensor& logp, Tensor& lse, Tensor* ent
     const int64_t nr = N - r0 < R ? N - r0 : R;
     for (int64_t v0 = 0; v0 < V; v0 += kVocab) {
       const int64_t nv = V - v0 < kVocab ? V - v0 : kVocab;
-      // z (nr, nv) = h[r0:] (nr, C) · w[v0:]ᵀ · inv_temp
-      gemm(ctx, z, DType::f32, nv, static_cast<const char*>(h.data) + size_t(r0 * C) * es, C, false,
-           static_cast<const char*>(w.data) + size_t(v0 * C) * es, C, true, h.dtype, nr, nv, C, inv_temp, 0.f);
+      // z (nr, nv) = h[r0:] (nr, C) · w[v0:]ᵀ · inv_temp; batch-invariant contexts (bitwise
+      // on-policy): the wgmma kernel whose result for a row does not depend on the other rows.
+      if (ctx.batch_invariant()) {
+        Tensor zt = tensor_borrow(z, DType::f32, Device::cuda, {nr, nv});
+        const bool ok = linear_wgmma_f32(ctx, zt, h.slice0(r0, r0 + nr), w.slice0(v0, v0 + nv), inv_temp);
+        GRPO_CHECK_MSG(ok, "token_logprobs_forward: the batch-invariant GEMM (train.on_policy = \"bitwise\") needs "
+                           "bf16 h and w with C a multiple of 8 and at least 64 on an sm_90 GPU");
+      } else {
+        gemm(ctx, z, DType::f32, nv, static_cast<const char*>(h.data) + size_t(r0 * C) * es, C, false,
+             static_cast<const char*>(w.data) + size_t(v0 * C) * es, C, true, h.dtype, nr, nv, C, inv_temp, 0.f);
+      }
       chunk_stats_kernel<<<unsigned(nr), kThreads, 0, s>>>(st, z, targets.ptr<int32_t>(), r0, v0, nv, v0 == 0);
       CUDA_CHECK_LAUNCH();
     }
