@@ -448,6 +448,14 @@ void ModelRunner::trainer_logprobs(const std::vector<RowSampling>& rows, std::ve
   const Tensor tokens = d_tok_out_.slice0(0, R);
   auto score = [&](int64_t r0, int64_t r1, float temperature, Tensor& dst) {
     Tensor lp = dst.slice0(r0, r1), lse = d_lse_.slice0(r0, r1);
+#ifdef GRPO_HAVE_CUDA
+    if (ctx_.device() == Device::cuda) {
+      // The step's logits are the LM head's batch-invariant product: fold them as the
+      // trainer's kernel folds its own product of these rows (no second LM-head product).
+      cuda::logits_token_logprobs(ctx_, lp, d_logits_.slice0(r0, r1), tokens.slice0(r0, r1), temperature);
+      return;
+    }
+#endif
     token_logprobs_forward(ctx_, lp, lse, nullptr, h.slice0(r0, r1), w_.lm_head, tokens.slice0(r0, r1), temperature);
   };
   auto temp_of = [&](int64_t r) { return rows[size_t(r)].temperature > 0.f ? rows[size_t(r)].temperature : 1.f; };

@@ -19,3 +19,14 @@
 namespace grpo { GRPO_LOGPROB_OPS }
 namespace grpo::cpu { GRPO_LOGPROB_OPS }
 namespace grpo::cuda { GRPO_LOGPROB_OPS }
+
+namespace grpo::cuda {
+// Bitwise on-policy (docs/bitwise.md): token_logprobs_forward's logp for the rows of logits
+// (R,V) f32, the LM head's product h·wᵀ as linear_forward computes it in a batch-invariant
+// context. Each chunk of 4096 ids is scaled by 1/temperature (one f32 product per value, as
+// the GEMM epilogue scales) and folded exactly as token_logprobs_forward folds its tiles, whose
+// product in such a context uses the whole LM head's split: so the result equals, bit for bit,
+// token_logprobs_forward on the rows' hidden states, without a second LM-head product.
+void logits_token_logprobs(Context& ctx, Tensor& logp, const Tensor& logits, const Tensor& targets,
+                           float temperature);
+}  // namespace grpo::cuda

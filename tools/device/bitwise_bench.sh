@@ -22,7 +22,7 @@ for preset in ${PRESETS:-qwen2.5-0.5b qwen3-0.6b}; do
   echo "=== $preset"
   [ -f $model/config.json ] || $B/grpo init-model --preset $preset --out $model --tokenizer-dir $TOK || exit 1
   for mode in default bitwise; do
-    timeout 400 $B/bench_grpo --config $cfg --steps $STEPS --set train.on_policy=$mode --out-dir "$OUT" \
+    timeout -k 5 ${BENCH_TIMEOUT:-200} $B/bench_grpo --config $cfg --steps $STEPS --set train.on_policy=$mode --out-dir "$OUT" \
       > "$OUT/$preset-$mode.log" 2>&1
     echo "$mode rc=$?"; grep -E "^step|^mean|error|Error" "$OUT/$preset-$mode.log" | tail -$((STEPS + 2))
   done

@@ -316,13 +316,14 @@ __device__ __forceinline__ void store_out(const WgArgs& a, float (&v)[E], int m,
   float* o = a.out_f32 + int64_t(m) * a.N + n;
   if (a.N % E == 0) {  // n % E == 0 too: an aligned vector
     if constexpr (E == 4)
-      *reinterpret_cast<float4*>(o) = make_float4(a.alpha * v[0], a.alpha * v[1], a.alpha * v[2], a.alpha * v[3]);
+      *reinterpret_cast<float4*>(o) = make_float4(__fmul_rn(a.alpha, v[0]), __fmul_rn(a.alpha, v[1]),
+                                                  __fmul_rn(a.alpha, v[2]), __fmul_rn(a.alpha, v[3]));
     else
-      *reinterpret_cast<float2*>(o) = make_float2(a.alpha * v[0], a.alpha * v[1]);
+      *reinterpret_cast<float2*>(o) = make_float2(__fmul_rn(a.alpha, v[0]), __fmul_rn(a.alpha, v[1]));
   } else {
 #pragma unroll
     for (int j = 0; j < E; ++j)
-      if (n + j < a.N) o[j] = a.alpha * v[j];
+      if (n + j < a.N) o[j] = __fmul_rn(a.alpha, v[j]);
   }
 }
 
@@ -842,17 +843,23 @@ bool linear_wgmma(Context& ctx, Tensor& out, const Tensor& x, const Tensor& w, c
 }
 
 bool linear_wgmma_rows(Context& ctx, Tensor& out, const Tensor& x, const Tensor& w, const Tensor* bias,
-                       bool accumulate) {
+                       bool accumulate, WgmmaGemmConfig cfg) {
   int bias_kind = kNoBias;
   if (!rows_gemm_applies(out, x, w, bias, DType::bf16, &bias_kind)) return false;
-  run_plain(ctx, out.ptr<__nv_bfloat16>(), nullptr, 1.f, x, w, bias, bias_kind, accumulate, {});
+  run_plain(ctx, out.ptr<__nv_bfloat16>(), nullptr, 1.f, x, w, bias, bias_kind, accumulate, cfg);
   return true;
 }
 
-bool linear_wgmma_f32(Context& ctx, Tensor& out, const Tensor& x, const Tensor& w, float alpha) {
+bool linear_wgmma_f32(Context& ctx, Tensor& out, const Tensor& x, const Tensor& w, float alpha, int split) {
   int bias_kind = kNoBias;
   if (!rows_gemm_applies(out, x, w, nullptr, DType::f32, &bias_kind)) return false;
-  run_plain(ctx, nullptr, out.ptr<float>(), alpha, x, w, nullptr, bias_kind, false, {});
+  WgmmaGemmConfig cfg{};
+  if (split != 0) {  // explicit split: the weight tile the heuristic would take for M rows
+    const WgmmaGemmConfig h = wgmma_gemm_config(w.shape[0], x.shape[1]);
+    cfg.split = split;
+    cfg.nt = x.shape[0] > kMaxM && w.shape[0] >= 128 ? 128 : h.nt;
+  }
+  run_plain(ctx, nullptr, out.ptr<float>(), alpha, x, w, nullptr, bias_kind, false, cfg);
   return true;
 }
 

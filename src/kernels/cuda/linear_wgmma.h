@@ -48,10 +48,12 @@ bool linear_wgmma(Context& ctx, Tensor& out, const Tensor& x, const Tensor& w, c
 // (GRPO_WGMMA_ROWS_NT = 64|128|256 overrides; nt changes no bit). False where it does not
 // apply (as linear_wgmma, without the M <= 64 bound).
 bool linear_wgmma_rows(Context& ctx, Tensor& out, const Tensor& x, const Tensor& w, const Tensor* bias,
-                       bool accumulate);
-// out (M,N) f32 = alpha · (x · wᵀ): the sums of linear_wgmma_rows, scaled in f32 and stored
-// unrounded (the LM head's logits and the logprob tiles of the bitwise mode).
-bool linear_wgmma_f32(Context& ctx, Tensor& out, const Tensor& x, const Tensor& w, float alpha);
+                       bool accumulate, WgmmaGemmConfig cfg = {});
+// out (M,N) f32 = alpha · (x · wᵀ): the sums of linear_wgmma_rows, scaled in f32 (one product)
+// and stored unrounded (the LM head's logits and the logprob tiles of the bitwise mode).
+// split != 0 replaces the heuristic's split for (N, K): with the split of a larger weight that
+// w is a slice of (an LM head's vocabulary chunk), the sums equal that weight's product's.
+bool linear_wgmma_f32(Context& ctx, Tensor& out, const Tensor& x, const Tensor& w, float alpha, int split = 0);
 
 // ---- Gate/up projection with SwiGLU fused into the epilogue ----
 //   act (M,F) = silu(g)·u,  [g | u] = x (M,K) · w_gate_up (2F,K)ᵀ  (g: columns [0,F), u: [F,2F)).

@@ -29,28 +29,32 @@ struct RowState {
   float m, s, sz, zt;
 };
 
-// z (R, nv) f32 -> state[r0 + r] updated. One block per row.
-__global__ void __launch_bounds__(kThreads) chunk_stats_kernel(RowState* __restrict__ st, const float* __restrict__ z,
-                                                               const int32_t* __restrict__ tgt, int64_t r0,
-                                                               int64_t v0, int64_t nv, bool first) {
+// Folds one vocabulary chunk of row i = r0 + r into state[i]: the chunk's z values are
+// zr[j] (SCALE = false: a logits tile already scaled by 1/temperature) or
+// __fmul_rn(zr[j], scale) (SCALE = true: raw logits, scaled here exactly as the GEMM epilogue
+// scales its sum), j < nv. One block per row; the rest of the arithmetic is shared.
+template <bool SCALE>
+__device__ __forceinline__ void fold_chunk(RowState* __restrict__ st, const float* __restrict__ zr, float scale,
+                                           const int32_t* __restrict__ tgt, int64_t i, int64_t v0, int64_t nv,
+                                           bool first) {
   __shared__ float sh[32];
-  const int64_t r = blockIdx.x, i = r0 + r;
-  const float* zr = z + r * nv;
+  auto zv = [&](int64_t j) { return SCALE ? __fmul_rn(zr[j], scale) : zr[j]; };
   float mx = -INFINITY;
-  for (int64_t j = threadIdx.x; j < nv; j += kThreads) mx = fmaxf(mx, zr[j]);
+  for (int64_t j = threadIdx.x; j < nv; j += kThreads) mx = fmaxf(mx, zv(j));
   mx = block_max(mx, sh);
   float s = 0.f, sz = 0.f;
   for (int64_t j = threadIdx.x; j < nv; j += kThreads) {
-    const float e = expf(zr[j] - mx);
+    const float z = zv(j);
+    const float e = expf(z - mx);
     s += e;
-    sz += e * zr[j];
+    sz += e * z;
   }
   s = block_sum(s, sh);
   sz = block_sum(sz, sh);
   if (threadIdx.x == 0) {
     RowState cur = first ? RowState{-INFINITY, 0.f, 0.f, 0.f} : st[i];
     const int64_t t = tgt[i];
-    if (t >= v0 && t < v0 + nv) cur.zt = zr[t - v0];
+    if (t >= v0 && t < v0 + nv) cur.zt = zv(t - v0);
     const float M = fmaxf(cur.m, mx);
     const float a = cur.m == -INFINITY ? 0.f : expf(cur.m - M);
     const float b = expf(mx - M);
@@ -58,6 +62,28 @@ __global__ void __launch_bounds__(kThreads) chunk_stats_kernel(RowState* __restr
     cur.sz = cur.sz * a + sz * b;
     cur.m = M;
     st[i] = cur;
+  }
+}
+
+// z (R, nv) f32 -> state[r0 + r] updated. One block per row.
+__global__ void __launch_bounds__(kThreads) chunk_stats_kernel(RowState* __restrict__ st, const float* __restrict__ z,
+                                                               const int32_t* __restrict__ tgt, int64_t r0,
+                                                               int64_t v0, int64_t nv, bool first) {
+  const int64_t r = blockIdx.x;
+  fold_chunk<false>(st, z + r * nv, 1.f, tgt, r0 + r, v0, nv, first);
+}
+
+// logits (R, V) f32, unscaled -> state[r] over every chunk of kVocab ids in vocabulary order
+// (the chunks token_logprobs_forward folds one GEMM tile at a time). One block per row.
+__global__ void __launch_bounds__(kThreads) logits_stats_kernel(RowState* __restrict__ st,
+                                                                const float* __restrict__ logits,
+                                                                const int32_t* __restrict__ tgt, int64_t V,
+                                                                float inv_temp) {
+  const int64_t r = blockIdx.x;
+  for (int64_t v0 = 0; v0 < V; v0 += kVocab) {
+    const int64_t nv = V - v0 < kVocab ? V - v0 : kVocab;
+    fold_chunk<true>(st, logits + r * V + v0, inv_temp, tgt, r, v0, nv, v0 == 0);
+    __syncthreads();  // thread 0's state write before the next chunk's (shared scratch reused)
   }
 }
 
@@ -122,6 +148,7 @@ void token_logprobs_forward(Context& ctx, Tensor& logp, Tensor& lse, Tensor* ent
   float* z = sa.alloc<float>(R * vc, "token_logprobs logits tile");
   cudaStream_t s = stream_of(ctx);
   const size_t es = dtype_size(h.dtype);
+  const int lm_head_split = ctx.batch_invariant() ? wgmma_gemm_config(V, C).split : 0;
   for (int64_t r0 = 0; r0 < N; r0 += R) {
     const int64_t nr = N - r0 < R ? N - r0 : R;
     for (int64_t v0 = 0; v0 < V; v0 += kVocab) {
@@ -129,8 +156,11 @@ void token_logprobs_forward(Context& ctx, Tensor& logp, Tensor& lse, Tensor* ent
       // z (nr, nv) = h[r0:] (nr, C) · w[v0:]ᵀ · inv_temp; batch-invariant contexts (bitwise
       // on-policy): the wgmma kernel whose result for a row does not depend on the other rows.
       if (ctx.batch_invariant()) {
+        // The split of the whole LM head's product (linear_forward's, which the engine's
+        // logits come from), so that z is the engine's logits · (1/T) bit for bit.
         Tensor zt = tensor_borrow(z, DType::f32, Device::cuda, {nr, nv});
-        const bool ok = linear_wgmma_f32(ctx, zt, h.slice0(r0, r0 + nr), w.slice0(v0, v0 + nv), inv_temp);
+        const bool ok =
+            linear_wgmma_f32(ctx, zt, h.slice0(r0, r0 + nr), w.slice0(v0, v0 + nv), inv_temp, lm_head_split);
         GRPO_CHECK_MSG(ok, "token_logprobs_forward: the batch-invariant GEMM (train.on_policy = \"bitwise\") needs "
                            "bf16 h and w with C a multiple of 8 and at least 64 on an sm_90 GPU");
       } else {
@@ -143,6 +173,26 @@ void token_logprobs_forward(Context& ctx, Tensor& logp, Tensor& lse, Tensor* ent
   }
   finalize_kernel<<<unsigned(ceil_div(N, 256)), 256, 0, s>>>(logp.ptr<float>(), lse.ptr<float>(),
                                                               entropy ? entropy->ptr<float>() : nullptr, st, N);
+  CUDA_CHECK_LAUNCH();
+}
+
+void logits_token_logprobs(Context& ctx, Tensor& logp, const Tensor& logits, const Tensor& targets,
+                           float temperature) {
+  GRPO_CHECK_MSG(logits.ndim == 2 && logits.dtype == DType::f32 && logits.device == Device::cuda,
+                 "logits_token_logprobs: logits (R,V) f32 on the device");
+  const int64_t R = logits.shape[0], V = logits.shape[1];
+  GRPO_CHECK_MSG(logp.numel() == R && logp.dtype == DType::f32 && targets.dtype == DType::i32 && targets.numel() == R,
+                 "logits_token_logprobs: logp (R) f32, targets (R) i32");
+  GRPO_CHECK_MSG(temperature > 0.f, "logits_token_logprobs: temperature must be positive");
+  if (R == 0) return;
+  ScratchAlloc sa(ctx);
+  RowState* st = sa.alloc<RowState>(R, "logits_token_logprobs state");
+  float* lse = sa.alloc<float>(R, "logits_token_logprobs lse");
+  cudaStream_t s = stream_of(ctx);
+  logits_stats_kernel<<<unsigned(R), kThreads, 0, s>>>(st, logits.ptr<float>(), targets.ptr<int32_t>(), V,
+                                                       1.f / temperature);
+  CUDA_CHECK_LAUNCH();
+  finalize_kernel<<<unsigned(ceil_div(R, 256)), 256, 0, s>>>(logp.ptr<float>(), lse, nullptr, st, R);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -1,0 +1,168 @@
+// Where the time of train.on_policy = "bitwise" goes on CUDA (issue 22, docs/bitwise.md): the
+// trainer-side kernels of the mode against the default mode's, on Qwen2.5-0.5B shapes at the
+// GRPO benchmark's micro-batch (21 sequences of 640 tokens = 13,440 rows, 10,752 completion
+// rows), timed with CUDA events (median of 7 repeats of 5 calls):
+//   gemm     linear_forward of qkv / o / gate_up / down: cuBLASLt (default context) against the
+//            batch-invariant wgmma kernel (linear_wgmma_rows) at weight tiles nt = 64, 128, 256
+//   attn     attention forward: the packed tensor-core kernel (default) against the mode's
+//            cache write + per-token paged kernel (the engine's)
+//   logprob  token_logprobs_forward (LM head + log-sum-exp): cuBLASLt tiles against wgmma tiles
+// Prints a table; no JSON (a diagnostic for the step figure of tools/device/bitwise_bench.sh).
+#include <cstdio>
+
+#ifndef GRPO_HAVE_CUDA
+int main() {
+  std::printf("bench_bitwise: this build has no CUDA backend\n");
+  return 0;
+}
+#else
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "core/context.h"
+#include "kernels/attention.h"
+#include "kernels/cuda/linear_wgmma.h"
+#include "kernels/linear.h"
+#include "kernels/logprob.h"
+
+using namespace grpo;
+
+namespace {
+
+double time_ms(Context& ctx, const std::function<void()>& fn, int iters = 5, int repeats = 7) {
+  auto st = static_cast<cudaStream_t>(ctx.stream());
+  cudaDeviceSynchronize();
+  fn();
+  cudaStreamSynchronize(st);
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  std::vector<double> v;
+  for (int r = 0; r < repeats; ++r) {
+    cudaEventRecord(a, st);
+    for (int i = 0; i < iters; ++i) fn();
+    cudaEventRecord(b, st);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    v.push_back(double(ms) / iters);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  if (cudaGetLastError() != cudaSuccess) std::printf("CUDA error\n");
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+Tensor randt(DType dt, const std::vector<int64_t>& shape, uint32_t seed, float scale = 1.f) {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = d(g);
+  return tensor_from_f32(Device::cuda, dt, v, shape);
+}
+
+Tensor ints(const std::vector<int32_t>& v) {
+  Tensor h = tensor_borrow(const_cast<int32_t*>(v.data()), DType::i32, Device::cpu, {int64_t(v.size())});
+  Tensor t = tensor_empty(Device::cuda, DType::i32, {int64_t(v.size())});
+  tensor_copy(t, h);
+  return t;
+}
+
+}  // namespace
+
+int main() {
+  if (!cuda_available()) {
+    std::printf("bench_bitwise: no CUDA device\n");
+    return 0;
+  }
+  ContextOptions od;
+  od.device = Device::cuda;
+  Context def(od);
+  ContextOptions ob = od;
+  ob.deterministic = ob.batch_invariant = true;
+  Context bi(ob);
+  const int64_t S = 21, L = 640, M = S * L, C = 896, Hq = 14, Hk = 2, D = 64, V = 151936;
+  std::printf("bench_bitwise: Qwen2.5-0.5B shapes, %lld rows (%lld sequences of %lld)\n", (long long)M, (long long)S,
+              (long long)L);
+  struct G { const char* name; int64_t N, K; bool acc; };
+  double tot_def = 0, tot_bi = 0;
+  for (const G& g : {G{"qkv", 1152, 896, false}, G{"o", 896, 896, true}, G{"gate_up", 9728, 896, false},
+                     G{"down", 896, 4864, true}}) {
+    Tensor x = randt(DType::bf16, {M, g.K}, 1), w = randt(DType::bf16, {g.N, g.K}, 2, 0.03f);
+    Tensor out = randt(DType::bf16, {M, g.N}, 3);
+    const double td = time_ms(def, [&] { linear_forward(def, out, x, w, nullptr, g.acc); });
+    const double tb = time_ms(bi, [&] { linear_forward(bi, out, x, w, nullptr, g.acc); });
+    double tn[3];
+    int i = 0;
+    for (int nt : {64, 128, 256}) {
+      const cuda::WgmmaGemmConfig h = cuda::wgmma_gemm_config(g.N, g.K);
+      tn[i++] = time_ms(bi, [&] { cuda::linear_wgmma_rows(bi, out, x, w, nullptr, g.acc, {nt, h.split, 0}); });
+    }
+    const double fl = 2.0 * double(M) * double(g.N) * double(g.K);
+    std::printf("gemm %-8s cuBLASLt %.3f ms (%.0f TFLOP/s)  bitwise %.3f ms (%.0f)  nt64 %.3f nt128 %.3f nt256 %.3f  "
+                "ratio %.2fx\n",
+                g.name, td, fl / td / 1e9, tb, fl / tb / 1e9, tn[0], tn[1], tn[2], tb / td);
+    tot_def += td * 24;
+    tot_bi += tb * 24;
+  }
+  {  // attention over S sequences of L tokens
+    Tensor q = randt(DType::bf16, {M, Hq, D}, 4), k = randt(DType::bf16, {M, Hk, D}, 5), v = randt(DType::bf16, {M, Hk, D}, 6);
+    Tensor out = tensor_empty(Device::cuda, DType::bf16, {M, Hq, D});
+    Tensor lse = tensor_empty(Device::cuda, DType::f32, {Hq, M});
+    AttnVarlen vl;
+    for (int64_t s = 0; s <= S; ++s) vl.cu_seqlens.push_back(int32_t(s * L));
+    vl.cu_seqlens_dev = ints(vl.cu_seqlens);
+    vl.max_seqlen = int(L);
+    const int bs = 16, nbs = int((L + bs - 1) / bs);
+    std::vector<int32_t> seq(static_cast<size_t>(M)), pos(static_cast<size_t>(M)), slot(static_cast<size_t>(M)),
+        table(static_cast<size_t>(S * nbs));
+    for (int64_t t = 0; t < M; ++t) {
+      seq[size_t(t)] = int32_t(t / L);
+      pos[size_t(t)] = int32_t(t % L);
+      slot[size_t(t)] = int32_t(t);
+    }
+    for (int64_t i = 0; i < S * nbs; ++i) table[size_t(i)] = int32_t(i);
+    PagedAttnMeta pm;
+    pm.token_seq = ints(seq);
+    pm.token_pos = ints(pos);
+    pm.slot_mapping = ints(slot);
+    pm.block_table = ints(table).view({S, int64_t(nbs)});
+    pm.block_size = bs;
+    pm.max_context = int(L);
+    Tensor kc = tensor_empty(Device::cuda, DType::bf16, {S * nbs, bs, Hk, D});
+    Tensor vc = tensor_empty(Device::cuda, DType::bf16, {S * nbs, bs, Hk, D});
+    const double td = time_ms(def, [&] { attention_forward(def, out, &lse, q, k, v, vl); });
+    const double tw = time_ms(bi, [&] { kv_cache_write(bi, kc, vc, k, v, pm); });
+    const double tp = time_ms(bi, [&] { attention_paged(bi, out, q, kc, vc, pm); });
+    std::printf("attn packed (default) %.3f ms  bitwise: cache write %.3f + paged %.3f + packed for lse %.3f = %.3f ms "
+                "(%.2fx)\n",
+                td, tw, tp, td, tw + tp + td, (tw + tp + td) / td);
+    tot_def += td * 24;
+    tot_bi += (tw + tp + td) * 24;
+  }
+  {  // LM head + logprob over the completion rows
+    const int64_t R = S * 512;
+    Tensor h = randt(DType::bf16, {R, C}, 7), w = randt(DType::bf16, {V, C}, 8, 0.03f);
+    std::vector<int32_t> tg(static_cast<size_t>(R));
+    for (int64_t i = 0; i < R; ++i) tg[size_t(i)] = int32_t((i * 7919) % V);
+    Tensor t = ints(tg);
+    Tensor lp = tensor_empty(Device::cuda, DType::f32, {R}), lse = tensor_empty(Device::cuda, DType::f32, {R});
+    const double td = time_ms(def, [&] { token_logprobs_forward(def, lp, lse, nullptr, h, w, t, 1.f); }, 2, 5);
+    const double tb = time_ms(bi, [&] { token_logprobs_forward(bi, lp, lse, nullptr, h, w, t, 1.f); }, 2, 5);
+    std::printf("logprob forward %lld rows: cuBLASLt %.3f ms  bitwise %.3f ms (%.2fx)\n", (long long)R, td, tb, tb / td);
+    tot_def += td;
+    tot_bi += tb;
+  }
+  std::printf("one micro-batch forward (24 layers' GEMMs + attention, the LM head): default %.1f ms, bitwise %.1f ms "
+              "(+%.1f ms)\n",
+              tot_def, tot_bi, tot_bi - tot_def);
+  return 0;
+}
+#endif
