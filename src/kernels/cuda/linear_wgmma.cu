@@ -119,6 +119,7 @@ struct WgArgs {
   int w_box_rows;  // rows of the w TMA box: min(NT, N); gated: NT/2 (two boxes per stage)
   int up_row0;     // gated: first w row of the up half (F); unused otherwise
   int split;       // blocks per cluster along K
+  int ranges;      // SER kernel: K ranges summed by one block in rank order (the split it stands for)
   int stages;      // ring depth S
   int data_bytes;  // bytes of the ring region (>= the split > 1 partial tile); mbarriers follow it
 };
@@ -341,11 +342,18 @@ __device__ __forceinline__ void store_out(const WgArgs& a, float (&v)[E], int m,
 // plain kernel's; the epilogue rounds both to bf16 and applies SwiGLU (swiglu_epilogue_store).
 // Column c of a wgmma result depends only on row c of B (which is what makes nt change no bit
 // in the plain kernel), so gate/up sums are the plain kernel's bit for bit under one split.
-template <int NT, bool GATED>
+//
+// SER (serial split, batch-invariant rows mode with many 64-row slices): one block per tile
+// sums the K ranges of ranges = split consecutive ranks itself, one after the other, each from a
+// zeroed accumulator over the same chunks as cluster rank r, and folds them in rank order
+// (sum = p0, then sum += p1, ...: sum_ranks' order), so every output is bit for bit the
+// cluster's; no cluster, no partial tiles in shared memory, K streamed by one block.
+template <int NT, bool GATED, bool SER = false>
 __global__ void __launch_bounds__(kThreads, 1)
     linear_wgmma_kernel(const __grid_constant__ CUtensorMap tm_w, const __grid_constant__ CUtensorMap tm_x,
                         const WgArgs a_in) {
 #if GRPO_WGMMA_DEVICE
+  static_assert(!(SER && GATED), "the serial split serves the plain kernel");
   constexpr int kAcc = NT / 2;
   constexpr int kOutCols = GATED ? NT / 2 : NT;         // output columns per tile (act columns when gated)
   constexpr int kWLoads = GATED ? 2 : 1;                // w boxes per stage
@@ -431,6 +439,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
   fence_acc(acc);
+  float sum[SER ? kAcc : 1];  // SER: the ranges folded so far
+  int range = 0;              // SER: the range of chunk ci, ending before chunk range_end
+  int range_end = SER ? int(int64_t(1) * a.n_chunks / a.ranges) : 0;
+  auto res = [&](int q) -> float {  // the tile's result in fragment slot q
+    if constexpr (SER) return sum[q];
+    else return acc[q];
+  };
 
   const int r0 = warp * 16 + (lane >> 2);  // fragment rows r0 and r0 + 8
   const int c0 = 2 * (lane & 3);           // fragment columns 8j + c0, 8j + c0 + 1
@@ -458,14 +473,28 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       __syncwarp();
     };
-    if (ci != cpt - 1) {
+    const bool last_of_range = SER && ci + 1 == range_end;  // (the tile's last chunk ends the last range)
+    if (ci != cpt - 1 && !last_of_range) {
       wgmma_wait<1>();  // item i-1's wgmma group is complete (this warp's part)
       fence_acc(acc);
       if (refill) refill_stage();
     } else {
-      wgmma_wait<0>();  // the tile's last chunk: every group is complete
+      wgmma_wait<0>();  // the tile's (or SER: the range's) last chunk: every group is complete
       fence_acc(acc);
       if (refill) refill_stage();
+      if constexpr (SER) {
+#pragma unroll
+        for (int q = 0; q < kAcc; ++q) {
+          sum[q] = range == 0 ? acc[q] : sum[q] + acc[q];
+          acc[q] = 0.f;
+        }
+        fence_acc(acc);
+        ++range;
+        range_end = int(int64_t(range + 1) * a.n_chunks / a.ranges);
+        if (ci != cpt - 1) goto next_item;
+        range = 0;
+        range_end = int(int64_t(1) * a.n_chunks / a.ranges);
+      }
       if (a.split == 1) {
         // Epilogue of this tile straight from the fragment, then a fresh accumulator.
         const int n0 = tile * kOutCols;
@@ -493,11 +522,11 @@ __global__ void __launch_bounds__(kThreads, 1)
             const int n = n0 + 8 * jj + c0;
             if (n < a.N) {
               if (r0 < a.M) {
-                float v[2] = {acc[4 * jj], acc[4 * jj + 1]};
+                float v[2] = {res(4 * jj), res(4 * jj + 1)};
                 store_out<2>(a, v, r0, n);
               }
               if (r0 + 8 < a.M) {
-                float v[2] = {acc[4 * jj + 2], acc[4 * jj + 3]};
+                float v[2] = {res(4 * jj + 2), res(4 * jj + 3)};
                 store_out<2>(a, v, r0 + 8, n);
               }
             }
@@ -508,6 +537,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         fence_acc(acc);
       }
     }
+  next_item:
     if (++st == S) {
       st = 0;
       phase ^= 1u;
@@ -622,44 +652,44 @@ CUtensorMap make_tensor_map(const void* ptr, int64_t rows, int64_t K, int box_ro
 }
 
 // The opt-in above 48 KB of dynamic shared memory is per device and kernel; set it once.
-template <int NT, bool G>
+template <int NT, bool G, bool SER = false>
 void ensure_smem_attr() {
   static std::atomic<uint64_t> done{0};
   const int dev = device_index();
   const uint64_t bit = dev >= 0 && dev < 64 ? (uint64_t(1) << dev) : 0;
   if (bit == 0 || !(done.load(std::memory_order_acquire) & bit)) {
-    CUDA_CHECK(cudaFuncSetAttribute(linear_wgmma_kernel<NT, G>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_CHECK(cudaFuncSetAttribute(linear_wgmma_kernel<NT, G, SER>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(kMaxDynSmem)));
     done.fetch_or(bit, std::memory_order_acq_rel);
   }
 }
 
 // Resident blocks per SM of the split = 1 kernel with `stages` (cached; for the persistent grid).
-template <int NT, bool G>
+template <int NT, bool G, bool SER = false>
 int blocks_per_sm(int stages) {
   static std::atomic<int> cache[kMaxStages + 1];
   int c = cache[stages].load(std::memory_order_relaxed);
   if (c > 0) return c;
-  ensure_smem_attr<NT, G>();
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c, linear_wgmma_kernel<NT, G>, kThreads,
+  ensure_smem_attr<NT, G, SER>();
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c, linear_wgmma_kernel<NT, G, SER>, kThreads,
                                                            smem_bytes(NT, 1, stages)));
   GRPO_CHECK_MSG(c >= 1, "linear_wgmma: the kernel does not fit an SM with these stages");
   cache[stages].store(c, std::memory_order_relaxed);
   return c;
 }
 
-template <int NT, bool G = false>
+template <int NT, bool G = false, bool SER = false>
 void launch(const CUtensorMap& tw, const CUtensorMap& tx, WgArgs a, cudaStream_t stream) {
-  ensure_smem_attr<NT, G>();
+  ensure_smem_attr<NT, G, SER>();
   const size_t smem = smem_bytes(NT, a.split, a.stages);
   GRPO_CHECK_MSG(smem <= kMaxDynSmem, "linear_wgmma: stages do not fit shared memory (at most 227 KB per block)");
   a.data_bytes = int(data_bytes(NT, a.split, a.stages));
   int64_t grid = int64_t(a.n_tiles) * a.split;
-  if (a.split == 1) grid = std::min<int64_t>(a.n_tiles, int64_t(sm_count()) * blocks_per_sm<NT, G>(a.stages));
+  if (a.split == 1) grid = std::min<int64_t>(a.n_tiles, int64_t(sm_count()) * blocks_per_sm<NT, G, SER>(a.stages));
   const int64_t m_tiles = ceil_div(a.M, kMaxM);  // 64-row slices of x along y (1 for decode)
   GRPO_CHECK_MSG(grid >= 1 && grid <= INT_MAX && m_tiles <= 65535, "linear_wgmma: grid size out of range");
   // Programmatic dependent launch (see the kernel's prologue) and split-K clusters.
-  launch_pdl_on(stream, unsigned(a.split), linear_wgmma_kernel<NT, G>, dim3(unsigned(grid), unsigned(m_tiles), 1),
+  launch_pdl_on(stream, unsigned(a.split), linear_wgmma_kernel<NT, G, SER>, dim3(unsigned(grid), unsigned(m_tiles), 1),
                 dim3(kThreads, 1, 1), smem, tw, tx, a);
 }
 
@@ -702,6 +732,14 @@ void run_tiles(Context& ctx, const CUtensorMap& tw, const CUtensorMap& tx, WgArg
   GRPO_CHECK_MSG(int64_t(a.n_tiles) * a.split <= INT_MAX, kGridMsg);
   a.data_bytes = 0;  // set by launch
   const cudaStream_t stream = stream_of(ctx);
+  if constexpr (!G) {
+    if (a.ranges > 1) {  // the serial split (nt 64 or 128: two accumulators fit the registers)
+      GRPO_CHECK_MSG(a.split == 1 && (nt == 64 || nt == 128), "linear_wgmma: serial split needs split 1, nt 64/128");
+      if (nt == 64) launch<64, false, true>(tw, tx, a, stream);
+      else launch<128, false, true>(tw, tx, a, stream);
+      return;
+    }
+  }
   switch (nt) {
     case 64: launch<64, G>(tw, tx, a, stream); break;
     case 128: launch<128, G>(tw, tx, a, stream); break;
@@ -807,8 +845,17 @@ void run_plain(Context& ctx, __nv_bfloat16* out, float* out_f32, float alpha, co
   a.n_tiles = int(n_tiles);
   a.w_box_rows = w_box_rows;
   a.split = split;
+  a.ranges = 1;
   // Explicit stages, else the heuristic's when its (nt, split) runs, else the tile's default.
   a.stages = cfg.stages ? cfg.stages : (!explicit_cfg && nt == h.nt && split == h.split) ? h.stages : 0;
+  static const bool serial = !env_off("GRPO_WGMMA_SERIAL_SPLIT");
+  if (serial && M > kMaxM && split > 1 && nt <= 128) {
+    // Many row slices: each block sums its tile's K ranges itself (bit for bit the cluster's
+    // reduction, see the kernel), so no block is left with a few chunks and a cluster barrier.
+    a.ranges = split;
+    a.split = 1;
+    a.stages = cfg.stages;
+  }
   run_tiles<false>(ctx, tw, tx, a, nt);
 }
 
