@@ -21,6 +21,7 @@ int main() {
 #include <algorithm>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/context.h"
@@ -77,7 +78,13 @@ Tensor ints(const std::vector<int32_t>& v) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  auto want = [&](const char* what) {  // sections named on the command line (none: all)
+    if (argc < 2) return true;
+    for (int i = 1; i < argc; ++i)
+      if (std::string(argv[i]) == what) return true;
+    return false;
+  };
   if (!cuda_available()) {
     std::printf("bench_bitwise: no CUDA device\n");
     return 0;
@@ -93,26 +100,31 @@ int main() {
               (long long)L);
   struct G { const char* name; int64_t N, K; bool acc; };
   double tot_def = 0, tot_bi = 0;
+  if (want("gemm"))
   for (const G& g : {G{"qkv", 1152, 896, false}, G{"o", 896, 896, true}, G{"gate_up", 9728, 896, false},
                      G{"down", 896, 4864, true}}) {
     Tensor x = randt(DType::bf16, {M, g.K}, 1), w = randt(DType::bf16, {g.N, g.K}, 2, 0.03f);
     Tensor out = randt(DType::bf16, {M, g.N}, 3);
     const double td = time_ms(def, [&] { linear_forward(def, out, x, w, nullptr, g.acc); });
     const double tb = time_ms(bi, [&] { linear_forward(bi, out, x, w, nullptr, g.acc); });
-    double tn[3];
-    int i = 0;
-    for (int nt : {64, 128, 256}) {
-      const cuda::WgmmaGemmConfig h = cuda::wgmma_gemm_config(g.N, g.K);
-      tn[i++] = time_ms(bi, [&] { cuda::linear_wgmma_rows(bi, out, x, w, nullptr, g.acc, {nt, h.split, 0}); });
-    }
     const double fl = 2.0 * double(M) * double(g.N) * double(g.K);
-    std::printf("gemm %-8s cuBLASLt %.3f ms (%.0f TFLOP/s)  bitwise %.3f ms (%.0f)  nt64 %.3f nt128 %.3f nt256 %.3f  "
-                "ratio %.2fx\n",
-                g.name, td, fl / td / 1e9, tb, fl / tb / 1e9, tn[0], tn[1], tn[2], tb / td);
+    std::printf("gemm %-8s cuBLASLt %.3f ms (%.0f TFLOP/s)  bitwise %.3f ms (%.0f)  ratio %.2fx\n", g.name, td,
+                fl / td / 1e9, tb, fl / tb / 1e9, tb / td);
+    // Tile width and ring depth (neither changes a bit): nt 256 runs the cluster split.
+    const cuda::WgmmaGemmConfig h = cuda::wgmma_gemm_config(g.N, g.K);
+    std::printf("    sweep:");
+    for (int nt : {64, 128, 256})
+      for (int stages : {0, 3, 6, 8}) {
+        if (nt == 256 && stages > 5) continue;
+        const double t =
+            time_ms(bi, [&] { cuda::linear_wgmma_rows(bi, out, x, w, nullptr, g.acc, {nt, h.split, stages}); });
+        std::printf(" nt%d/s%d %.3f", nt, stages, t);
+      }
+    std::printf("\n");
     tot_def += td * 24;
     tot_bi += tb * 24;
   }
-  {  // attention over S sequences of L tokens
+  if (want("attn")) {  // attention over S sequences of L tokens
     Tensor q = randt(DType::bf16, {M, Hq, D}, 4), k = randt(DType::bf16, {M, Hk, D}, 5), v = randt(DType::bf16, {M, Hk, D}, 6);
     Tensor out = tensor_empty(Device::cuda, DType::bf16, {M, Hq, D});
     Tensor lse = tensor_empty(Device::cuda, DType::f32, {Hq, M});
@@ -147,7 +159,7 @@ int main() {
     tot_def += td * 24;
     tot_bi += (tw + tp + td) * 24;
   }
-  {  // LM head + logprob over the completion rows
+  if (want("logprob")) {  // LM head + logprob over the completion rows
     const int64_t R = S * 512;
     Tensor h = randt(DType::bf16, {R, C}, 7), w = randt(DType::bf16, {V, C}, 8, 0.03f);
     std::vector<int32_t> tg(static_cast<size_t>(R));
