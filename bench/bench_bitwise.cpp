@@ -24,6 +24,7 @@ int main() {
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "core/context.h"
 #include "kernels/attention.h"
 #include "kernels/cuda/linear_wgmma.h"
@@ -34,39 +35,11 @@ using namespace grpo;
 
 namespace {
 
-double time_ms(Context& ctx, const std::function<void()>& fn, int iters = 5, int repeats = 7) {
-  auto st = static_cast<cudaStream_t>(ctx.stream());
-  cudaDeviceSynchronize();
-  fn();
-  cudaStreamSynchronize(st);
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  std::vector<double> v;
-  for (int r = 0; r < repeats; ++r) {
-    cudaEventRecord(a, st);
-    for (int i = 0; i < iters; ++i) fn();
-    cudaEventRecord(b, st);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    v.push_back(double(ms) / iters);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  if (cudaGetLastError() != cudaSuccess) std::printf("CUDA error\n");
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::randt;
 
-Tensor randt(DType dt, const std::vector<int64_t>& shape, uint32_t seed, float scale = 1.f) {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = d(g);
-  return tensor_from_f32(Device::cuda, dt, v, shape);
+// Median ms per call (bench_util.h's timer, 5 calls a repeat).
+double time_ms(Context& ctx, const std::function<void()>& fn, int iters = 5, int repeats = 7) {
+  return bench::time_ms(ctx, [&](int) { fn(); }, iters, repeats);
 }
 
 Tensor ints(const std::vector<int32_t>& v) {

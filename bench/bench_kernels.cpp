@@ -37,6 +37,7 @@ int main() {
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "core/context.h"
 #include "core/tensor.h"
 #include "kernels/attention.h"
@@ -51,51 +52,9 @@ using namespace grpo;
 
 namespace {
 
-#define BENCH_CUDA(x)                                                                          \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s failed: %s\n", #x, cudaGetErrorString(e_));                     \
-      std::exit(1);                                                                            \
-    }                                                                                          \
-  } while (0)
+using bench::randt;
+using bench::time_ms;
 
-// Median milliseconds per call of fn(i) over repeats of `iters` calls.
-double time_ms(Context& ctx, const std::function<void(int)>& fn, int iters = 20, int repeats = 7) {
-  auto st = static_cast<cudaStream_t>(ctx.stream());
-  BENCH_CUDA(cudaDeviceSynchronize());  // uploads ran on the legacy stream
-  for (int i = 0; i < 3; ++i) fn(i);
-  BENCH_CUDA(cudaStreamSynchronize(st));
-  cudaEvent_t a, b;
-  BENCH_CUDA(cudaEventCreate(&a));
-  BENCH_CUDA(cudaEventCreate(&b));
-  std::vector<double> v;
-  int k = 0;
-  for (int r = 0; r < repeats; ++r) {
-    BENCH_CUDA(cudaEventRecord(a, st));
-    for (int i = 0; i < iters; ++i) fn(k++);
-    BENCH_CUDA(cudaEventRecord(b, st));
-    BENCH_CUDA(cudaEventSynchronize(b));
-    float ms = 0;
-    BENCH_CUDA(cudaEventElapsedTime(&ms, a, b));
-    v.push_back(double(ms) / iters);
-  }
-  BENCH_CUDA(cudaGetLastError());
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-Tensor randt(DType dt, const std::vector<int64_t>& shape, uint32_t seed, float scale = 1.f) {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.f, scale);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = d(g);
-  return tensor_from_f32(Device::cuda, dt, v, shape);
-}
 template <class I>
 Tensor dev_ints(const std::vector<I>& v, DType dt, const std::vector<int64_t>& shape) {
   Tensor t = tensor_empty(Device::cuda, dt, shape);

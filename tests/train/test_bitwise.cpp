@@ -60,15 +60,15 @@ std::vector<std::vector<int32_t>> mixed_prompts(int vocab, uint32_t seed) {
 // Two generate calls on one engine: the second repeats the first prompts (prefix hits
 // on prompts cached by the first call) under another seed.
 Rollout roll(Context& ctx, ModelWeights& w, const std::vector<std::vector<int32_t>>& prompts, float temperature,
-             const EngineOptions& o) {
+             const EngineOptions& o, uint64_t seed0 = 11, int max_tokens = 14) {
   Engine eng(ctx, w, nullptr, o);
   Rollout r;
-  for (uint64_t seed : {11u, 12u}) {
+  for (uint64_t seed : {seed0, seed0 + 1}) {
     SamplingParams p;
     p.n = 3;  // siblings share their prompt's full blocks
     p.seed = seed;
     p.temperature = temperature;
-    p.max_tokens = 14;
+    p.max_tokens = max_tokens;
     p.ignore_eos = true;
     p.logprobs_mode = temperature == 1.f ? LogprobsMode::raw : LogprobsMode::processed;  // as the GRPO loop asks
     auto out = eng.generate(prompts, p);
@@ -322,30 +322,7 @@ EngineOptions cuda_opts(bool bitwise, int n_kv_blocks) {
 
 Rollout roll_cuda(Context& ctx, ModelWeights& w, const std::vector<std::vector<int32_t>>& prompts, float temperature,
                   const EngineOptions& o) {
-  Engine eng(ctx, w, nullptr, o);
-  Rollout r;
-  for (uint64_t seed : {21u, 22u}) {
-    SamplingParams p;
-    p.n = 3;
-    p.seed = seed;
-    p.temperature = temperature;
-    p.max_tokens = 24;
-    p.ignore_eos = true;
-    p.logprobs_mode = temperature == 1.f ? LogprobsMode::raw : LogprobsMode::processed;
-    auto out = eng.generate(prompts, p);
-    EXPECT_TRUE(out.ok()) << out.status().message();
-    if (!out.ok()) return r;
-    for (const RequestOutput& ro : out.value()) {
-      std::vector<int32_t> s = ro.prompt_ids;
-      s.insert(s.end(), ro.completion_ids.begin(), ro.completion_ids.end());
-      r.seqs.push_back(s);
-      r.prompt_lens.push_back(int32_t(ro.prompt_ids.size()));
-      r.logp.push_back(ro.logprobs);
-      r.prefix_hits += ro.telemetry.prefix_hit_tokens;
-    }
-  }
-  r.preemptions = eng.stats().preemptions;
-  return r;
+  return roll(ctx, w, prompts, temperature, o, 21, 24);
 }
 
 ContextOptions cuda_bitwise() {
