@@ -29,62 +29,88 @@ struct RowState {
   float m, s, sz, zt;
 };
 
-// Folds one vocabulary chunk of row i = r0 + r into state[i]: the chunk's z values are
-// zr[j] (SCALE = false: a logits tile already scaled by 1/temperature) or
-// __fmul_rn(zr[j], scale) (SCALE = true: raw logits, scaled here exactly as the GEMM epilogue
-// scales its sum), j < nv. One block per row; the rest of the arithmetic is shared.
+// The statistics of one vocabulary chunk of a row, block-wide (one block per row and chunk):
+// max mx, s = Σ e^(z−mx), sz = Σ e^(z−mx)·z over its nv values z_j = zr[j] (SCALE = false: a
+// logits tile already scaled by 1/temperature) or __fmul_rn(zr[j], scale) (SCALE = true: raw
+// logits, scaled here exactly as the GEMM epilogue scales its sum). Valid in thread 0.
+struct ChunkStat {
+  float mx, s, sz;
+};
 template <bool SCALE>
-__device__ __forceinline__ void fold_chunk(RowState* __restrict__ st, const float* __restrict__ zr, float scale,
-                                           const int32_t* __restrict__ tgt, int64_t i, int64_t v0, int64_t nv,
-                                           bool first) {
+__device__ __forceinline__ float chunk_value(const float* __restrict__ zr, float scale, int64_t j) {
+  return SCALE ? __fmul_rn(zr[j], scale) : zr[j];
+}
+template <bool SCALE>
+__device__ __forceinline__ ChunkStat chunk_stat(const float* __restrict__ zr, float scale, int64_t nv) {
   __shared__ float sh[32];
-  auto zv = [&](int64_t j) { return SCALE ? __fmul_rn(zr[j], scale) : zr[j]; };
   float mx = -INFINITY;
-  for (int64_t j = threadIdx.x; j < nv; j += kThreads) mx = fmaxf(mx, zv(j));
+  for (int64_t j = threadIdx.x; j < nv; j += kThreads) mx = fmaxf(mx, chunk_value<SCALE>(zr, scale, j));
   mx = block_max(mx, sh);
   float s = 0.f, sz = 0.f;
   for (int64_t j = threadIdx.x; j < nv; j += kThreads) {
-    const float z = zv(j);
+    const float z = chunk_value<SCALE>(zr, scale, j);
     const float e = expf(z - mx);
     s += e;
     sz += e * z;
   }
   s = block_sum(s, sh);
   sz = block_sum(sz, sh);
-  if (threadIdx.x == 0) {
-    RowState cur = first ? RowState{-INFINITY, 0.f, 0.f, 0.f} : st[i];
-    const int64_t t = tgt[i];
-    if (t >= v0 && t < v0 + nv) cur.zt = zv(t - v0);
-    const float M = fmaxf(cur.m, mx);
-    const float a = cur.m == -INFINITY ? 0.f : expf(cur.m - M);
-    const float b = expf(mx - M);
-    cur.s = cur.s * a + s * b;
-    cur.sz = cur.sz * a + sz * b;
-    cur.m = M;
-    st[i] = cur;
-  }
+  return ChunkStat{mx, s, sz};
+}
+
+// A row's running state after one more chunk, in vocabulary order; explicit roundings (no
+// contraction), so that both kernels that fold give the same bits.
+__device__ __forceinline__ void fold_state(RowState& cur, const ChunkStat& c) {
+  const float M = fmaxf(cur.m, c.mx);
+  const float a = cur.m == -INFINITY ? 0.f : expf(__fsub_rn(cur.m, M));
+  const float b = expf(__fsub_rn(c.mx, M));
+  cur.s = __fadd_rn(__fmul_rn(cur.s, a), __fmul_rn(c.s, b));
+  cur.sz = __fadd_rn(__fmul_rn(cur.sz, a), __fmul_rn(c.sz, b));
+  cur.m = M;
 }
 
 // z (R, nv) f32 -> state[r0 + r] updated. One block per row.
 __global__ void __launch_bounds__(kThreads) chunk_stats_kernel(RowState* __restrict__ st, const float* __restrict__ z,
                                                                const int32_t* __restrict__ tgt, int64_t r0,
                                                                int64_t v0, int64_t nv, bool first) {
-  const int64_t r = blockIdx.x;
-  fold_chunk<false>(st, z + r * nv, 1.f, tgt, r0 + r, v0, nv, first);
+  const int64_t r = blockIdx.x, i = r0 + r;
+  const float* zr = z + r * nv;
+  const ChunkStat c = chunk_stat<false>(zr, 1.f, nv);
+  if (threadIdx.x == 0) {
+    RowState cur = first ? RowState{-INFINITY, 0.f, 0.f, 0.f} : st[i];
+    const int64_t t = tgt[i];
+    if (t >= v0 && t < v0 + nv) cur.zt = zr[t - v0];
+    fold_state(cur, c);
+    st[i] = cur;
+  }
 }
 
-// logits (R, V) f32, unscaled -> state[r] over every chunk of kVocab ids in vocabulary order
-// (the chunks token_logprobs_forward folds one GEMM tile at a time). One block per row.
-__global__ void __launch_bounds__(kThreads) logits_stats_kernel(RowState* __restrict__ st,
+// logits (R, V) f32, unscaled: the statistics of chunk blockIdx.y (kVocab ids, the chunks
+// token_logprobs_forward folds one GEMM tile at a time) of row blockIdx.x, and the row's target
+// value when the chunk holds it. All chunks of all rows at once; logits_fold_kernel folds them.
+__global__ void __launch_bounds__(kThreads) logits_chunk_kernel(ChunkStat* __restrict__ stats, float* __restrict__ zt,
                                                                 const float* __restrict__ logits,
                                                                 const int32_t* __restrict__ tgt, int64_t V,
                                                                 float inv_temp) {
-  const int64_t r = blockIdx.x;
-  for (int64_t v0 = 0; v0 < V; v0 += kVocab) {
-    const int64_t nv = V - v0 < kVocab ? V - v0 : kVocab;
-    fold_chunk<true>(st, logits + r * V + v0, inv_temp, tgt, r, v0, nv, v0 == 0);
-    __syncthreads();  // thread 0's state write before the next chunk's (shared scratch reused)
+  const int64_t r = blockIdx.x, c = blockIdx.y, v0 = c * kVocab;
+  const int64_t nv = V - v0 < kVocab ? V - v0 : kVocab;
+  const float* zr = logits + r * V + v0;
+  const ChunkStat st = chunk_stat<true>(zr, inv_temp, nv);
+  if (threadIdx.x == 0) {
+    stats[r * gridDim.y + c] = st;
+    const int64_t t = tgt[r];
+    if (t >= v0 && t < v0 + nv) zt[r] = chunk_value<true>(zr, inv_temp, t - v0);
   }
+}
+
+// state[r] = the chunks of row r folded in vocabulary order (thread per row).
+__global__ void logits_fold_kernel(RowState* __restrict__ st, const ChunkStat* __restrict__ stats,
+                                   const float* __restrict__ zt, int64_t R, int n_chunks) {
+  const int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (r >= R) return;
+  RowState cur{-INFINITY, 0.f, 0.f, zt[r]};
+  for (int c = 0; c < n_chunks; ++c) fold_state(cur, stats[r * n_chunks + c]);
+  st[r] = cur;
 }
 
 __global__ void finalize_kernel(float* __restrict__ logp, float* __restrict__ lse, float* __restrict__ ent,
@@ -186,11 +212,18 @@ void logits_token_logprobs(Context& ctx, Tensor& logp, const Tensor& logits, con
   GRPO_CHECK_MSG(temperature > 0.f, "logits_token_logprobs: temperature must be positive");
   if (R == 0) return;
   ScratchAlloc sa(ctx);
+  const int n_chunks = int(ceil_div(V, kVocab));
   RowState* st = sa.alloc<RowState>(R, "logits_token_logprobs state");
+  ChunkStat* stats = sa.alloc<ChunkStat>(R * n_chunks, "logits_token_logprobs chunk stats");
+  float* zt = sa.alloc<float>(R, "logits_token_logprobs target values");
   float* lse = sa.alloc<float>(R, "logits_token_logprobs lse");
   cudaStream_t s = stream_of(ctx);
-  logits_stats_kernel<<<unsigned(R), kThreads, 0, s>>>(st, logits.ptr<float>(), targets.ptr<int32_t>(), V,
-                                                       1.f / temperature);
+  // Targets outside [0, V) keep zt = 0 (no chunk holds them), as token_logprobs_forward.
+  CUDA_CHECK(cudaMemsetAsync(zt, 0, size_t(R) * sizeof(float), s));
+  logits_chunk_kernel<<<dim3(unsigned(R), unsigned(n_chunks)), kThreads, 0, s>>>(
+      stats, zt, logits.ptr<float>(), targets.ptr<int32_t>(), V, 1.f / temperature);
+  CUDA_CHECK_LAUNCH();
+  logits_fold_kernel<<<unsigned(ceil_div(R, 128)), 128, 0, s>>>(st, stats, zt, R, n_chunks);
   CUDA_CHECK_LAUNCH();
   finalize_kernel<<<unsigned(ceil_div(R, 256)), 256, 0, s>>>(logp.ptr<float>(), lse, nullptr, st, R);
   CUDA_CHECK_LAUNCH();
