@@ -333,11 +333,16 @@ ContextOptions cuda_bitwise() {
   return o;
 }
 
-void expect_bitwise_cuda(const std::string& preset) {
+// window > 0: every layer attends over a sliding window of that many keys (Mistral's layers).
+void expect_bitwise_cuda(const std::string& preset, int window = 0) {
   std::string why;
   if (!bitwise_cuda_ready(&why)) GTEST_SKIP() << why;
   auto cfg = preset_config(preset);
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  if (window > 0) {
+    cfg->sliding_window = window;
+    cfg->layer_window.assign(size_t(cfg->n_layers), window);
+  }
   Context ctx(cuda_bitwise());
   ModelWeights w = weights_random(cfg.value(), Device::cuda, DType::bf16, 7, &ctx);
   const auto prompts = long_prompts(cfg->vocab_size, 7);
@@ -365,6 +370,7 @@ void expect_bitwise_cuda(const std::string& preset) {
 TEST(BitwiseCuda, Qwen25HalfB) { expect_bitwise_cuda("qwen2.5-0.5b"); }
 TEST(BitwiseCuda, Qwen3SixTenthsB) { expect_bitwise_cuda("qwen3-0.6b"); }
 TEST(BitwiseCuda, Llama32OneB) { expect_bitwise_cuda("llama-3.2-1b"); }
+TEST(BitwiseCuda, Qwen25SlidingWindow) { expect_bitwise_cuda("qwen2.5-0.5b", 100); }
 
 // The default CUDA engine (cuBLASLt by shape, tensor-core prefill tiles, the sampler's own
 // logprobs) differs from the default trainer: the property above is not vacuous.
