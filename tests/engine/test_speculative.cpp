@@ -32,31 +32,11 @@ EngineOptions opts() {
 }
 
 const ModelWeights& random_draft() {
-  static ModelWeights* p = [] {
-    PresetOverrides ov;
-    ov.vocab_size = stories().w.config.vocab_size;
-    auto cfg = preset_config("tiny-llama", ov);
-    GRPO_CHECK_MSG(cfg.ok(), cfg.status().message().c_str());
-    ModelConfig c = cfg.value();
-    c.initializer_range = 0.3f;
-    c.max_position_embeddings = stories().w.config.max_position_embeddings;
-    auto* w = new ModelWeights(weights_allocate(c, Device::cpu, DType::f32));
-    weights_init_random(*w, 91);
-    return w;
-  }();
+  static ModelWeights* p = new ModelWeights(stories_vocab_random_model(91));
   return *p;
 }
 
-std::vector<std::vector<int32_t>> prompts() {
-  const auto g = read_ids(stories_dir() + "/golden_greedy_t0_200steps.ids.txt");
-  std::vector<std::vector<int32_t>> ps;
-  ps.push_back({1, g[1], g[2], g[3], g[4]});
-  std::vector<int32_t> p2 = {1};
-  p2.insert(p2.end(), g.begin() + 30, g.begin() + 50);
-  ps.push_back(p2);
-  ps.push_back({1, g[60]});
-  return ps;
-}
+std::vector<std::vector<int32_t>> prompts() { return stories_prompts(); }
 
 SamplingParams params(float temperature, int max_tokens, uint64_t seed, int n = 1) {
   SamplingParams p;

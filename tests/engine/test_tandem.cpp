@@ -36,34 +36,13 @@ EngineOptions small_opts() {
   return o;
 }
 
-// A partner with the stories vocabulary but another shape (layers, heads, head_dim),
-// initialised wider than transformers' 0.02 so that its distributions are not flat.
+// A partner with the stories vocabulary but another shape (engine_test_util.h).
 const ModelWeights& partner() {
-  static ModelWeights* p = [] {
-    PresetOverrides ov;
-    ov.vocab_size = stories().w.config.vocab_size;
-    auto cfg = preset_config("tiny-llama", ov);
-    GRPO_CHECK_MSG(cfg.ok(), cfg.status().message().c_str());
-    ModelConfig c = cfg.value();
-    c.initializer_range = 0.3f;
-    c.max_position_embeddings = stories().w.config.max_position_embeddings;
-    auto* w = new ModelWeights(weights_allocate(c, Device::cpu, DType::f32));
-    weights_init_random(*w, 77);
-    return w;
-  }();
+  static ModelWeights* p = new ModelWeights(stories_vocab_random_model(77));
   return *p;
 }
 
-std::vector<std::vector<int32_t>> prompts() {
-  const auto g = read_ids(stories_dir() + "/golden_greedy_t0_200steps.ids.txt");
-  std::vector<std::vector<int32_t>> ps;
-  ps.push_back({1, g[1], g[2], g[3], g[4]});
-  std::vector<int32_t> p2 = {1};
-  p2.insert(p2.end(), g.begin() + 30, g.begin() + 50);
-  ps.push_back(p2);
-  ps.push_back({1, g[60]});
-  return ps;
-}
+std::vector<std::vector<int32_t>> prompts() { return stories_prompts(); }
 
 SamplingParams sampled(int max_tokens, uint64_t seed) {
   SamplingParams p;
@@ -93,39 +72,6 @@ std::vector<RequestOutput> run(Context& ctx, const ModelWeights& w, const Engine
   auto out = eng.generate(prompts(), p);
   GRPO_CHECK_MSG(out.ok(), out.status().message().c_str());
   return std::move(out).value();
-}
-
-// log_softmax(z_t) at every position t of `seq` from one full forward (no KV reuse).
-std::vector<std::vector<double>> full_logprobs(Context& ctx, const ModelWeights& w, const std::vector<int32_t>& seq) {
-  const ModelConfig& cfg = w.config;
-  const int n = int(seq.size()), bs = 16, nb = (n + bs - 1) / bs, V = cfg.vocab_size;
-  KVCache cache = kv_cache_allocate(cfg, Device::cpu, DType::f32, nb, bs);
-  RopeTable rope = rope_table_build(cfg, Device::cpu, n);
-  ForwardScratch scratch = forward_scratch_allocate(cfg, Device::cpu, DType::f32, n, n);
-  std::vector<int32_t> pos(static_cast<size_t>(n)), zeros(static_cast<size_t>(n), 0), table(static_cast<size_t>(nb));
-  for (int i = 0; i < n; ++i) pos[size_t(i)] = i;
-  for (int b = 0; b < nb; ++b) table[size_t(b)] = b;
-  ForwardBatch batch;
-  batch.tokens = tensor_borrow(const_cast<int32_t*>(seq.data()), DType::i32, Device::cpu, {n});
-  batch.positions = tensor_borrow(pos.data(), DType::i32, Device::cpu, {n});
-  batch.attn.token_seq = tensor_borrow(zeros.data(), DType::i32, Device::cpu, {n});
-  batch.attn.token_pos = batch.positions;
-  batch.attn.block_table = tensor_borrow(table.data(), DType::i32, Device::cpu, {1, nb});
-  batch.attn.slot_mapping = batch.positions;
-  batch.attn.block_size = bs;
-  batch.attn.max_context = n;
-  batch.logit_rows = batch.positions;
-  Tensor logits = tensor_empty(Device::cpu, DType::f32, {n, V});
-  transformer_forward(ctx, w, cache, rope, batch, scratch, logits);
-  std::vector<std::vector<double>> lp(static_cast<size_t>(n), std::vector<double>(static_cast<size_t>(V)));
-  for (int t = 0; t < n; ++t) {
-    const float* z = logits.ptr<float>() + int64_t(t) * V;
-    double m = z[0], s = 0;
-    for (int v = 1; v < V; ++v) m = std::max(m, double(z[v]));
-    for (int v = 0; v < V; ++v) s += std::exp(double(z[v]) - m);
-    for (int v = 0; v < V; ++v) lp[size_t(t)][size_t(v)] = double(z[v]) - m - std::log(s);
-  }
-  return lp;
 }
 
 // Every completion token's logprobs against fresh full forwards of both models.

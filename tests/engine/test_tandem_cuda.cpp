@@ -106,40 +106,6 @@ std::vector<RequestOutput> run(const ModelWeights& w, const EngineOptions& eo, c
   return std::move(out).value();
 }
 
-// log_softmax rows of a CPU full forward over seq (no KV reuse).
-std::vector<std::vector<double>> full_logprobs(const ModelWeights& w, const std::vector<int32_t>& seq) {
-  Context ctx;
-  const ModelConfig& cfg = w.config;
-  const int n = int(seq.size()), bs = 16, nb = (n + bs - 1) / bs, V = cfg.vocab_size;
-  KVCache cache = kv_cache_allocate(cfg, Device::cpu, DType::f32, nb, bs);
-  RopeTable rope = rope_table_build(cfg, Device::cpu, n);
-  ForwardScratch scratch = forward_scratch_allocate(cfg, Device::cpu, DType::f32, n, n);
-  std::vector<int32_t> pos(static_cast<size_t>(n)), zeros(static_cast<size_t>(n), 0), table(static_cast<size_t>(nb));
-  for (int i = 0; i < n; ++i) pos[size_t(i)] = i;
-  for (int b = 0; b < nb; ++b) table[size_t(b)] = b;
-  ForwardBatch batch;
-  batch.tokens = tensor_borrow(const_cast<int32_t*>(seq.data()), DType::i32, Device::cpu, {n});
-  batch.positions = tensor_borrow(pos.data(), DType::i32, Device::cpu, {n});
-  batch.attn.token_seq = tensor_borrow(zeros.data(), DType::i32, Device::cpu, {n});
-  batch.attn.token_pos = batch.positions;
-  batch.attn.block_table = tensor_borrow(table.data(), DType::i32, Device::cpu, {1, nb});
-  batch.attn.slot_mapping = batch.positions;
-  batch.attn.block_size = bs;
-  batch.attn.max_context = n;
-  batch.logit_rows = batch.positions;
-  Tensor logits = tensor_empty(Device::cpu, DType::f32, {n, V});
-  transformer_forward(ctx, w, cache, rope, batch, scratch, logits);
-  std::vector<std::vector<double>> lp(static_cast<size_t>(n), std::vector<double>(static_cast<size_t>(V)));
-  for (int t = 0; t < n; ++t) {
-    const float* z = logits.ptr<float>() + int64_t(t) * V;
-    double m = z[0], s = 0;
-    for (int v = 1; v < V; ++v) m = std::max(m, double(z[v]));
-    for (int v = 0; v < V; ++v) s += std::exp(double(z[v]) - m);
-    for (int v = 0; v < V; ++v) lp[size_t(t)][size_t(v)] = double(z[v]) - m - std::log(s);
-  }
-  return lp;
-}
-
 }  // namespace
 
 TEST(TandemCuda, ExtremesAreTheSingleModelEnginesBitForBit) {
@@ -201,8 +167,9 @@ TEST(TandemCuda, F32CachesStayInSyncWithPreemption) {
   for (const auto& o : out.value()) {
     std::vector<int32_t> seq = o.prompt_ids;
     seq.insert(seq.end(), o.completion_ids.begin(), o.completion_ids.end());
-    const auto lt = full_logprobs(stories().w, seq);
-    const auto lq = full_logprobs(m.partner_host, seq);
+    Context cpu;
+    const auto lt = full_logprobs(cpu, stories().w, seq);
+    const auto lq = full_logprobs(cpu, m.partner_host, seq);
     const size_t P = o.prompt_ids.size();
     for (size_t i = 0; i < o.completion_ids.size(); ++i) {
       const size_t row = P + i - 1, tok = size_t(o.completion_ids[i]);
