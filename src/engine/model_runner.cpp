@@ -1,8 +1,6 @@
 // Model runner (see model_runner.h).
 #include "engine/model_runner.h"
 
-#include "kernels/linear.h"
-
 #include <algorithm>
 #include <cstring>
 
@@ -12,6 +10,7 @@
 
 #include "core/log.h"
 #include "engine/cuda_graph.h"
+#include "kernels/linear.h"
 #include "kernels/logprob.h"
 #include "kernels/row_logprob.h"
 
@@ -119,7 +118,7 @@ ModelRunner::ModelRunner(Context& ctx, const ModelWeights& w, const EngineOption
     const std::string gemm = batch_invariant_gemm_problem(ctx, w.dtype);
     GRPO_CHECK_MSG(gemm.empty(), ("ModelRunner: bitwise_logprobs " + gemm).c_str());
     GRPO_CHECK_MSG(geo.kv_dtype == w.dtype, "ModelRunner: bitwise_logprobs needs an unquantised KV cache");
-    d_lse_ = tensor_zeros(dev, DType::f32, {N});
+    if (dev == Device::cpu) d_lse_ = tensor_zeros(dev, DType::f32, {N});  // CUDA folds the logits instead
   }
 
   if (opt_.use_cuda_graphs) {
@@ -447,7 +446,7 @@ void ModelRunner::trainer_logprobs(const std::vector<RowSampling>& rows, std::ve
   const Tensor h = scratch_.xn.slice0(0, R);  // transformer_forward leaves the logit rows' final norm here
   const Tensor tokens = d_tok_out_.slice0(0, R);
   auto score = [&](int64_t r0, int64_t r1, float temperature, Tensor& dst) {
-    Tensor lp = dst.slice0(r0, r1), lse = d_lse_.slice0(r0, r1);
+    Tensor lp = dst.slice0(r0, r1);
 #ifdef GRPO_HAVE_CUDA
     if (ctx_.device() == Device::cuda) {
       // The step's logits are the LM head's batch-invariant product: fold them as the
@@ -456,6 +455,7 @@ void ModelRunner::trainer_logprobs(const std::vector<RowSampling>& rows, std::ve
       return;
     }
 #endif
+    Tensor lse = d_lse_.slice0(r0, r1);
     token_logprobs_forward(ctx_, lp, lse, nullptr, h.slice0(r0, r1), w_.lm_head, tokens.slice0(r0, r1), temperature);
   };
   auto temp_of = [&](int64_t r) { return rows[size_t(r)].temperature > 0.f ? rows[size_t(r)].temperature : 1.f; };

@@ -134,7 +134,7 @@ class ModelRunner {
   Tensor d_tok_out_, d_lp_raw_, d_lp_proc_, d_top_ids_, d_top_lps_;
   int banned_cap_ = 0, top_cap_ = 0;
   Tensor d_given_ids_, d_given_temps_, d_given_lp_;  // (max_seqs) row_logprobs buffers, allocated on first use
-  Tensor d_lse_;  // (max_R) f32: trainer_logprobs' log-sum-exp output (unused but required by the kernel)
+  Tensor d_lse_;  // (max_R) f32, CPU: trainer_logprobs' log-sum-exp output (unused but required by the kernel)
   SpecVerifyRows d_verify_;                           // (max_R) spec_verify inputs, allocated on first use
   SpecVerifyOutputs d_verify_out_;
   // Host staging.

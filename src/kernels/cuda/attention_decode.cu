@@ -347,10 +347,16 @@ void launch_decode_ns(Context& ctx, const DecArgs& a, dim3 grid, int ns) {
 // The same rule for FP8 caches, with their smaller stages (head dim 64: 5 stages; 128: 3 for
 // G <= 12, else 2).
 constexpr size_t kTwoPerSm = 110u * 1024u;
+int forced_stages() {  // GRPO_DECODE_STAGES: 2|3|5 (A/B runs), else 0
+  static const int forced = [] {
+    const int v = int(env_long("GRPO_DECODE_STAGES", 0, 2, 5));
+    return v == 2 || v == 3 || v == 5 ? v : 0;
+  }();
+  return forced;
+}
 template <int D, bool F8>
 int stages_for(int G) {
-  static const int forced = int(env_long("GRPO_DECODE_STAGES", 0, 2, 5));  // 2|3|5 (A/B runs)
-  if (forced == 2 || forced == 3 || forced == 5) return forced;
+  if (const int forced = forced_stages()) return forced;
   if (D == 64 && DecCfg<D, 5, F8>::bytes(G) <= kTwoPerSm) return 5;
   return DecCfg<D, 3, F8>::bytes(G) <= kTwoPerSm ? 3 : 2;
 }
@@ -410,8 +416,7 @@ bool attention_paged_decode_tc(Context& ctx, Tensor& out, const Tensor& q, const
   // Launches of many more blocks than resident slots (the bitwise mode's training forward runs
   // every row of a micro-batch through this kernel): the 2-deep ring, so more blocks share an
   // SM. The ring depth changes no bit. H200, 13,440 rows of Qwen2.5-0.5B: 0.87 ms against 1.15.
-  static const bool forced_stages = env_long("GRPO_DECODE_STAGES", 0, 2, 5) != 0;
-  if (!forced_stages && T * Hkv > int64_t(sm_count()) * 16) ns = 2;
+  if (forced_stages() == 0 && T * Hkv > int64_t(sm_count()) * 16) ns = 2;
   const size_t smem = D == 64 ? (f8 ? decode_smem<64, true>(ns, a.G) : decode_smem<64, false>(ns, a.G))
                               : (f8 ? decode_smem<128, true>(ns, a.G) : decode_smem<128, false>(ns, a.G));
   const int per_sm = std::max(1, std::min(4, int((228u * 1024u) / (smem + 1024u))));  // resident blocks per SM

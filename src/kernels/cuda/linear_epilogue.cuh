@@ -14,16 +14,18 @@ namespace grpo::cuda {
 enum GemmBiasKind : int { kNoBias = 0, kBiasBf16 = 1, kBiasF32 = 2 };
 
 // The operand checks shared by the decode GEMMs' host entry points: bf16 2-D x (M,K), w (N,K),
-// out (M,N) with 1 <= M <= 64, K % 8 == 0 and K >= min_k, N <= INT_MAX - n_slack and
-// K <= INT_MAX - 64 (int indices), 16-byte aligned pointers, and a bf16 or f32 bias of N
-// elements (its kind in *bias_kind). False: the kernel does not apply.
+// out (M,N) of out_dtype with 1 <= M <= max_m (64 for decode; the wgmma rows variants take
+// more), K % 8 == 0 and K >= min_k, N <= INT_MAX - n_slack and K <= INT_MAX - 64 (int
+// indices), 16-byte aligned pointers, and a bf16 or f32 bias of N elements (its kind in
+// *bias_kind). False: the kernel does not apply.
 inline bool decode_gemm_applies(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor* bias, int64_t min_k,
-                                int64_t n_slack, int* bias_kind) {
-  if (x.dtype != DType::bf16 || w.dtype != DType::bf16 || out.dtype != DType::bf16) return false;
+                                int64_t n_slack, int* bias_kind, int64_t max_m = 64,
+                                DType out_dtype = DType::bf16) {
+  if (x.dtype != DType::bf16 || w.dtype != DType::bf16 || out.dtype != out_dtype) return false;
   if (x.ndim != 2 || w.ndim != 2 || out.ndim != 2) return false;
   const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
   if (w.shape[1] != K || out.shape[0] != M || out.shape[1] != N) return false;
-  if (M < 1 || M > 64 || N < 1 || K < min_k || K % 8 != 0) return false;
+  if (M < 1 || M > max_m || N < 1 || K < min_k || K % 8 != 0) return false;
   if (N > INT_MAX - n_slack || K > INT_MAX - 64) return false;
   if (!aligned16(x.data) || !aligned16(w.data) || !aligned16(out.data)) return false;
   *bias_kind = kNoBias;

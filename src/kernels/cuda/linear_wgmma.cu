@@ -864,24 +864,11 @@ void run_plain(Context& ctx, __nv_bfloat16* out, float* out_f32, float alpha, co
   run_tiles<false>(ctx, tw, tx, a, nt);
 }
 
-// decode_gemm_applies without its M <= 64 bound (rows: any M >= 1 up to 64·65535).
+// decode_gemm_applies for any M up to 64·65535 row slices (the grid's y), on an sm_90 device.
 bool rows_gemm_applies(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor* bias, DType out_dtype,
                        int* bias_kind) {
-  if (x.dtype != DType::bf16 || w.dtype != DType::bf16 || out.dtype != out_dtype) return false;
-  if (x.ndim != 2 || w.ndim != 2 || out.ndim != 2) return false;
-  const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
-  if (w.shape[1] != K || out.shape[0] != M || out.shape[1] != N) return false;
-  if (M < 1 || M > int64_t(kMaxM) * 65535 || N < 1 || K < kKC || K % 8 != 0) return false;
-  if (N > INT_MAX - 256 || K > INT_MAX - 64 || M * N > int64_t(INT_MAX) * 64) return false;
-  if (!aligned16(x.data) || !aligned16(w.data) || !aligned16(out.data)) return false;
-  *bias_kind = kNoBias;
-  if (bias) {
-    if (out_dtype != DType::bf16 || bias->numel() != N || !aligned16(bias->data)) return false;
-    if (bias->dtype == DType::bf16) *bias_kind = kBiasBf16;
-    else if (bias->dtype == DType::f32) *bias_kind = kBiasF32;
-    else return false;
-  }
-  return wgmma_gemm_available();
+  return decode_gemm_applies(out, x, w, bias, kKC, 256, bias_kind, int64_t(kMaxM) * 65535, out_dtype) &&
+         wgmma_gemm_available();
 }
 
 }  // namespace
