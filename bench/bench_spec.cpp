@@ -6,6 +6,8 @@
 //   ngram     prompt lookup on GSM8K prompts
 //   layerskip the target's first L layers with its own final norm and LM head (self-drafting)
 //   random    a random-weights draft of the target's architecture (lower bound)
+//   model     the draft model of --draft-model DIR (the engine flag), e.g. one trained with `grpo sft`
+//             on the target's data (tools/device/spec_sft_bench.sh)
 // Lengths are forced (ignore_eos, min_tokens = max_tokens), so random weights do real work.
 // Each case runs plain first, then speculative, on fresh engines with identical options but
 // [engine.speculative]; the first generate of each engine is a warm-up (graph capture,
@@ -122,6 +124,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_spec: %s\n", m.c_str());
     return 1;
   };
+  // --draft-model (the engine flag, without --spec here): the proposer "model".
+  const std::string draft_dir = ecfg.speculative.draft_model;
+  ecfg.speculative.draft_model.clear();
   if (Status s = cli::engine_flags_validate(ecfg); !s.ok()) return fail(s.message());
   if (!llama2c_bin.empty()) {
     model = (std::filesystem::temp_directory_path() / "bench_spec_llama2c").string();
@@ -148,6 +153,12 @@ int main(int argc, char** argv) {
   skip.config.n_layers = std::min(layerskip, w.config.n_layers);
   skip.layers.resize(size_t(skip.config.n_layers));
   ModelWeights rnd = weights_random(w.config, co.device, dt, 4321, &ctx);
+  ModelWeights trained_draft;
+  if (!draft_dir.empty()) {
+    auto dr = model_load(draft_dir, co.device, dt, &ctx);
+    if (!dr.ok()) return fail("--draft-model: " + dr.status().message());
+    trained_draft = std::move(dr).value();
+  }
 
   std::vector<Case> cases;
   std::vector<std::string> drafts;
@@ -157,9 +168,11 @@ int main(int argc, char** argv) {
     while (std::getline(ss, d, ','))
       if (!d.empty()) drafts.push_back(d);
   }
-  for (const std::string& d : drafts)
-    if (d != "self" && d != "ngram" && d != "layerskip" && d != "random")
-      return fail("--drafts: unknown proposer \"" + d + "\" (use self, ngram, layerskip, random)");
+  for (const std::string& d : drafts) {
+    if (d != "self" && d != "ngram" && d != "layerskip" && d != "random" && d != "model")
+      return fail("--drafts: unknown proposer \"" + d + "\" (use self, ngram, layerskip, random, model)");
+    if (d == "model" && draft_dir.empty()) return fail("--drafts model needs --draft-model DIR");
+  }
   std::vector<std::pair<int, int>> shapes;
   for (int s : parse_list(sizes_s)) shapes.push_back({s, 1});
   if (!grpo_s.empty()) {
@@ -204,8 +217,12 @@ int main(int argc, char** argv) {
       c.speculative.method = d == "ngram" ? SpecMethod::ngram : SpecMethod::draft;
       c.speculative.num_speculative_tokens = k;
       c.speculative.adaptive = adaptive;
-      if (d != "ngram") c.speculative.draft_model = "bench_spec:" + d;  // loaded here, not from a directory
-      const ModelWeights* dw = d == "self" ? &w : d == "layerskip" ? &skip : d == "random" ? &rnd : nullptr;
+      if (d != "ngram") c.speculative.draft_model = d == "model" ? draft_dir : "bench_spec:" + d;  // loaded here
+      const ModelWeights* dw = d == "self"        ? &w
+                               : d == "layerskip" ? &skip
+                               : d == "random"    ? &rnd
+                               : d == "model"     ? &trained_draft
+                                                  : nullptr;
       auto eo = cli::engine_flags_options(c, co.device, w, &rnd, dt, std::max(64, B * G));
       if (!eo.ok()) return fail(eo.status().message());
       EngineOptions seo = eo.value();

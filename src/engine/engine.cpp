@@ -239,6 +239,7 @@ std::vector<RequestOutput> Engine::step(std::vector<TokenEvent>* events) {
 }
 
 std::vector<RequestOutput> Engine::step_plain(std::vector<TokenEvent>* events) {
+  const double t_step = now_seconds();
   std::vector<RequestOutput> done;
   SchedulerOutput out = scheduler_->schedule();
   if (out.empty() && !out.preempted.empty()) {
@@ -258,16 +259,9 @@ std::vector<RequestOutput> Engine::step_plain(std::vector<TokenEvent>* events) {
     if (ss.sample) rows.push_back(row_sampling(*ss.seq));
   }
   std::vector<SampledRow> sampled;
-  const double t0 = now_seconds();
   if (tandem_active()) tandem_->execute(*runner_, out, rows, sampled);
   else runner_->execute(out, rows, sampled);
-  // Speculative engines: the adaptive plan compares drafting against this (decode-only
-  // steps; execute has synchronised on the sampled tokens).
-  if (adapt_) {
-    ++stats_.spec_plain_steps;
-    if (out.n_tokens == int(out.seqs.size()) && out.n_sampled == out.n_tokens)
-      adapt_->plain.add(double(out.n_tokens), now_seconds() - t0);
-  }
+  if (adapt_) ++stats_.spec_plain_steps;
   scheduler_->on_step_done(out);
   ++stats_.steps;
   stats_.tokens_computed += out.n_tokens;
@@ -284,6 +278,10 @@ std::vector<RequestOutput> Engine::step_plain(std::vector<TokenEvent>* events) {
     ++stats_.tokens_generated;
     after_token(s, add_event(s, sampled[r++], events), now, done);
   }
+  // Speculative engines: the adaptive plan compares drafting steps against this: the whole
+  // step (scheduling, forward, sampling, commits) of decode-only steps.
+  if (adapt_ && out.n_tokens == int(out.seqs.size()) && out.n_sampled == out.n_tokens)
+    adapt_->plain.add(double(out.n_tokens), now_seconds() - t_step);
   return done;
 }
 

@@ -49,6 +49,9 @@ void download(Context& ctx, std::vector<T>& h, const Tensor& src, int64_t n) {
   copy_bytes(ctx, h.data(), src.data, size_t(n) * sizeof(T), true);
 }
 
+// Rows of ModelRunner::d_out_.
+constexpr int kOutTok = 0, kOutRaw = 1, kOutProc = 2, kOutMine = 3, kOutTheirs = 4, kOutRows = 5;
+
 }  // namespace
 
 size_t kv_block_bytes(const ModelConfig& cfg, DType kv_dtype, int block_size) {
@@ -72,6 +75,14 @@ ModelRunner::ModelRunner(Context& ctx, const ModelWeights& w, const EngineOption
       if (b < opt.max_num_seqs) opt_.cuda_graph_batch_sizes.push_back(b);
     for (int b = 16; b < opt.max_num_seqs; b += 8) opt_.cuda_graph_batch_sizes.push_back(b);
     opt_.cuda_graph_batch_sizes.push_back(opt.max_num_seqs);
+    // Speculative verify steps have up to k + 1 rows per sequence; graphs up to 128 rows
+    // (larger verify steps run eagerly with the tensor-core prefill tiles).
+    const int verify_rows =
+        std::min({geo.max_logit_rows, std::max(opt.max_num_batched_tokens, opt.max_num_seqs), 128});
+    if (verify_rows > opt.max_num_seqs) {
+      for (int b = (opt.max_num_seqs / 8 + 1) * 8; b < verify_rows; b += 8) opt_.cuda_graph_batch_sizes.push_back(b);
+      opt_.cuda_graph_batch_sizes.push_back(verify_rows);
+    }
   }
   std::sort(opt_.cuda_graph_batch_sizes.begin(), opt_.cuda_graph_batch_sizes.end());
   if (opt_.cuda_graph_max_context <= 0) opt_.cuda_graph_max_context = std::min(geo.max_model_len, 2048);
@@ -95,7 +106,7 @@ ModelRunner::ModelRunner(Context& ctx, const ModelWeights& w, const EngineOption
   d_positions_ = tensor_zeros(dev, DType::i32, {max_T_});
   d_token_seq_ = tensor_zeros(dev, DType::i32, {max_T_});
   d_slots_ = tensor_zeros(dev, DType::i32, {max_T_});
-  d_block_table_ = tensor_zeros(dev, DType::i32, {opt.max_num_seqs, max_blocks_per_seq_});
+  d_block_table_ = tensor_zeros(dev, DType::i32, {max_R_, max_blocks_per_seq_});  // graph rows may exceed the sequences
   d_logit_rows_ = tensor_zeros(dev, DType::i32, {max_R_});
   d_prefill_tiles_ = tensor_zeros(dev, DType::i32, {max_T_, 4});
   d_logits_ = tensor_zeros(dev, DType::f32, {max_R_, cfg.vocab_size});
@@ -106,9 +117,11 @@ ModelRunner::ModelRunner(Context& ctx, const ModelWeights& w, const EngineOption
   d_rows_.min_p = tensor_zeros(dev, DType::f32, {N});
   d_rows_.rng_key = tensor_zeros(dev, DType::i64, {N});
   d_rows_.rng_pos = tensor_zeros(dev, DType::i64, {N});
-  d_tok_out_ = tensor_zeros(dev, DType::i32, {N});
-  d_lp_raw_ = tensor_zeros(dev, DType::f32, {N});
-  d_lp_proc_ = tensor_zeros(dev, DType::f32, {N});
+  d_out_ = tensor_zeros(dev, DType::f32, {kOutRows, N});
+  if (dev == Device::cuda) h_out_ = tensor_empty_pinned(DType::f32, {kOutRows, N});
+  d_tok_out_ = tensor_borrow(d_out_.index0(kOutTok).data, DType::i32, dev, {N});
+  d_lp_raw_ = d_out_.index0(kOutRaw);
+  d_lp_proc_ = d_out_.index0(kOutProc);
   h_block_table_.assign(size_t(N) * size_t(max_blocks_per_seq_), 0);
   if (opt_.bitwise_logprobs) {
     // Invariants: the loop's config check (train.on_policy) refuses these with a hint.
@@ -131,7 +144,11 @@ ModelRunner::ModelRunner(Context& ctx, const ModelWeights& w, const EngineOption
   }
 }
 
-ModelRunner::~ModelRunner() = default;
+ModelRunner::~ModelRunner() {
+#ifdef GRPO_HAVE_CUDA
+  if (pair_event_) cudaEventDestroy(static_cast<cudaEvent_t>(pair_event_));
+#endif
+}
 
 ForwardBatch ModelRunner::batch_view(int T, int S, int R, int max_context) {
   ForwardBatch b;
@@ -229,13 +246,19 @@ void ModelRunner::fill_inputs(const SchedulerOutput& step, int padded_T, bool al
 
 void ModelRunner::run_forward(const SchedulerOutput& step) {
   const int S = int(step.seqs.size()), T = step.n_tokens, R = step.n_sampled;
-  bool decode = T == S && R == S;
-  for (int s = 0; decode && s < S; ++s) decode = step.seqs[size_t(s)].seq->lora == opt_.lora;  // graphs: one adapter
-  for (int s = 0; decode && s < S; ++s) decode = step.seqs[size_t(s)].start() < opt_.cuda_graph_max_context;
-  if (graphs_ && decode) {
+  // A decode graph of B rows runs any step whose T <= B rows all want logits: decode steps
+  // (a row per sequence) and speculative verify steps (k + 1 rows of one sequence): the
+  // graph's kernels index every row's sequence and position through the step buffers, and
+  // each layer writes all rows' K/V before its attention reads them.
+  bool graphable = R == T && T > 0;
+  for (int s = 0; graphable && s < S; ++s) {
+    const ScheduledSeq& ss = step.seqs[size_t(s)];
+    graphable = ss.seq->lora == opt_.lora && ss.start() + ss.n_new - 1 < opt_.cuda_graph_max_context;  // one adapter
+  }
+  if (graphs_ && graphable) {
     int B = 0;
     for (int b : opt_.cuda_graph_batch_sizes)
-      if (b >= S && graphs_->has(b)) { B = b; break; }
+      if (b >= T && graphs_->has(b)) { B = b; break; }
     if (B > 0) {
       fill_inputs(step, B, false);
       graphs_->launch(B);
@@ -267,7 +290,7 @@ void ModelRunner::run_forward(const SchedulerOutput& step) {
 void ModelRunner::capture_graphs() {
   SchedulerOutput empty;
   for (int B : opt_.cuda_graph_batch_sizes) {
-    if (B > max_T_) break;
+    if (B > max_T_ || B > max_R_) break;
     fill_inputs(empty, B, false);  // all rows dummy: nothing is written to the cache; no tiles
     ForwardBatch batch = batch_view(B, B, B, opt_.cuda_graph_max_context);
     Tensor logits = d_logits_.slice0(0, B);
@@ -336,18 +359,12 @@ void ModelRunner::spec_verify_rows(const Tensor& P, const Tensor& Q, const std::
   for (size_t i = 0; i < rows.size(); ++i) out[i] = {tok[i], acc[i] != 0, lr[i], lp[i]};
 }
 
-void ModelRunner::sample(const std::vector<RowSampling>& rows, std::vector<SampledRow>& out, const Tensor* probs) {
+SamplingRows ModelRunner::upload_rows(const std::vector<RowSampling>& rows) {
   const int64_t R = int64_t(rows.size());
-  out.assign(size_t(R), SampledRow{});
-  if (R == 0) return;
-  const Device dev = ctx_.device();
-  int NB = 0, n_top = 0;
-  bool any_raw = false, any_proc = false;
+  int NB = 0;
   int filters = 0;  // SamplingRows::filter_hint: which filters some row uses
   for (const auto& r : rows) {
     NB = std::max(NB, int(r.banned.size()));
-    n_top = std::max(n_top, r.n_top);
-    if (r.n_top > 0) (r.top_processed ? any_proc : any_raw) = true;
     if (r.top_k > 0) filters |= kFilterTopK;
     if (r.top_p < 1.f) filters |= kFilterTopP;
     if (r.min_p > 0.f) filters |= kFilterMinP;
@@ -383,11 +400,50 @@ void ModelRunner::sample(const std::vector<RowSampling>& rows, std::vector<Sampl
   if (NB > 0) {
     if (NB > banned_cap_) {
       banned_cap_ = NB;
-      d_rows_.banned = tensor_zeros(dev, DType::i32, {int64_t(max_R_) * NB});
+      d_rows_.banned = tensor_zeros(ctx_.device(), DType::i32, {int64_t(max_R_) * NB});
     }
     upload(ctx_, d_rows_.banned, banned, R * NB);
     v.banned = d_rows_.banned.view({d_rows_.banned.numel()}).slice0(0, R * NB).view({R, int64_t(NB)});
   }
+  return v;
+}
+
+const float* ModelRunner::read_out(Context& stream_ctx, int n, bool wait) {
+#ifdef GRPO_HAVE_CUDA
+  if (ctx_.device() == Device::cuda) {
+    auto st = static_cast<cudaStream_t>(stream_ctx.stream());
+    GRPO_CHECK(cudaMemcpyAsync(h_out_.data, d_out_.data, size_t(n) * size_t(max_R_) * sizeof(float),
+                               cudaMemcpyDeviceToHost, st) == cudaSuccess);
+    if (wait) GRPO_CHECK(cudaStreamSynchronize(st) == cudaSuccess);
+    return h_out_.ptr<float>();
+  }
+#endif
+  (void)stream_ctx, (void)n, (void)wait;
+  return d_out_.ptr<float>();
+}
+
+void ModelRunner::rows_from_out(const float* h, int64_t R, std::vector<SampledRow>& out) const {
+  const size_t N = size_t(max_R_);
+  out.resize(size_t(R));
+  for (size_t r = 0; r < size_t(R); ++r) {
+    std::memcpy(&out[r].token, h + kOutTok * N + r, sizeof(int32_t));
+    out[r].logprob_raw = h[kOutRaw * N + r];
+    out[r].logprob_processed = h[kOutProc * N + r];
+  }
+}
+
+void ModelRunner::sample(const std::vector<RowSampling>& rows, std::vector<SampledRow>& out, const Tensor* probs) {
+  const int64_t R = int64_t(rows.size());
+  out.assign(size_t(R), SampledRow{});
+  if (R == 0) return;
+  const Device dev = ctx_.device();
+  int n_top = 0;
+  bool any_raw = false, any_proc = false;
+  for (const auto& r : rows) {
+    n_top = std::max(n_top, r.n_top);
+    if (r.n_top > 0) (r.top_processed ? any_proc : any_raw) = true;
+  }
+  const SamplingRows v = upload_rows(rows);
   SamplingOutputs o;
   o.tokens = d_tok_out_.slice0(0, R);
   o.logprob_raw = d_lp_raw_.slice0(0, R);
@@ -406,26 +462,21 @@ void ModelRunner::sample(const std::vector<RowSampling>& rows, std::vector<Sampl
     o.probs = probs->slice0(0, R);
   }
   const Tensor logits = d_logits_.slice0(0, R);
-  std::vector<int32_t> tok, top_ids;
-  std::vector<float> lr, lp, top_lps;
+  std::vector<int32_t> top_ids;
+  std::vector<float> top_lps;
   // Top-n lists under each distribution some row asked for (tokens are identical across calls).
   for (int pass = 0; pass < 2; ++pass) {
     const bool processed = pass == 1;
     if (pass == 1 && !any_proc) break;
     if (pass == 0 && !any_raw && any_proc) continue;
     sample_tokens(ctx_, o, logits, v, processed);
-    download(ctx_, tok, o.tokens, R);
-    download(ctx_, lr, o.logprob_raw, R);
-    download(ctx_, lp, o.logprob_processed, R);
     if (n_top > 0) {
       download(ctx_, top_ids, o.top_ids, R * n_top);
       download(ctx_, top_lps, o.top_logprobs, R * n_top);
     }
+    rows_from_out(read_out(ctx_, kOutProc + 1, true), R, out);
     for (int64_t r = 0; r < R; ++r) {
       SampledRow& s = out[size_t(r)];
-      s.token = tok[size_t(r)];
-      s.logprob_raw = lr[size_t(r)];
-      s.logprob_processed = lp[size_t(r)];
       const RowSampling& rs = rows[size_t(r)];
       if (rs.n_top > 0 && rs.top_processed == processed) {
         s.top.clear();
@@ -435,6 +486,54 @@ void ModelRunner::sample(const std::vector<RowSampling>& rows, std::vector<Sampl
     }
   }
   if (opt_.bitwise_logprobs) trainer_logprobs(rows, out);
+}
+
+bool ModelRunner::sample_rows_async(const std::vector<RowSampling>& rows) {
+  if (opt_.bitwise_logprobs) return false;
+  for (const auto& r : rows)
+    if (r.n_top > 0) return false;
+  const int64_t R = int64_t(rows.size());
+  if (R == 0) return true;
+  const SamplingRows v = upload_rows(rows);
+  SamplingOutputs o;
+  o.tokens = d_tok_out_.slice0(0, R);
+  o.logprob_raw = d_lp_raw_.slice0(0, R);
+  o.logprob_processed = d_lp_proc_.slice0(0, R);
+  sample_tokens(ctx_, o, d_logits_.slice0(0, R), v, false);
+  return true;
+}
+
+void ModelRunner::collect_pair(ModelRunner& other, int64_t R, std::vector<SampledRow>& mine,
+                               std::vector<SampledRow>& theirs, std::vector<float>& lp_mine,
+                               std::vector<float>& lp_theirs) {
+  GRPO_CHECK(other.max_R_ >= R && max_R_ >= R && other.device() == device());
+  mine.clear(), theirs.clear(), lp_mine.clear(), lp_theirs.clear();
+  if (R == 0) return;
+#ifdef GRPO_HAVE_CUDA
+  if (device() == Device::cuda && &other.ctx_ != &ctx_) {
+    if (!pair_event_) {
+      cudaEvent_t e = nullptr;
+      GRPO_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess);
+      pair_event_ = e;
+    }
+    auto ev = static_cast<cudaEvent_t>(pair_event_);
+    GRPO_CHECK(cudaEventRecord(ev, static_cast<cudaStream_t>(other.ctx_.stream())) == cudaSuccess);
+    GRPO_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(ctx_.stream()), ev, 0) == cudaSuccess);
+  }
+#endif
+  const Tensor logits = d_logits_.slice0(0, R), temps = d_rows_.temperature.slice0(0, R);
+  Tensor lp = d_out_.index0(kOutMine).slice0(0, R);
+  logits_row_logprobs(ctx_, lp, logits, d_tok_out_.slice0(0, R), temps);
+  lp = d_out_.index0(kOutTheirs).slice0(0, R);
+  logits_row_logprobs(ctx_, lp, logits, other.d_tok_out_.slice0(0, R), temps);
+  // The other runner's block is copied on this stream (after the wait), then one wait for both.
+  const float* h_other = other.read_out(ctx_, kOutProc + 1, false);
+  const float* h = read_out(ctx_, kOutRows, true);
+  rows_from_out(h, R, mine);
+  other.rows_from_out(h_other, R, theirs);
+  const size_t N = size_t(max_R_);
+  lp_mine.assign(h + kOutMine * N, h + kOutMine * N + size_t(R));
+  lp_theirs.assign(h + kOutTheirs * N, h + kOutTheirs * N + size_t(R));
 }
 
 // The trainer scores logits / T over the full vocabulary with token_logprobs_forward on
@@ -471,13 +570,7 @@ void ModelRunner::trainer_logprobs(const std::vector<RowSampling>& rows, std::ve
     }
     r0 = r1;
   }
-  std::vector<float> lr, lp;
-  download(ctx_, lr, d_lp_raw_.slice0(0, R), R);
-  download(ctx_, lp, d_lp_proc_.slice0(0, R), R);
-  for (int64_t r = 0; r < R; ++r) {
-    out[size_t(r)].logprob_raw = lr[size_t(r)];
-    out[size_t(r)].logprob_processed = lp[size_t(r)];
-  }
+  rows_from_out(read_out(ctx_, kOutProc + 1, true), R, out);
 }
 
 void ModelRunner::row_logprobs(const std::vector<int32_t>& ids, const std::vector<float>& temps,

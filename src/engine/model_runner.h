@@ -6,7 +6,9 @@
 // max_num_batched_tokens / max_num_seqs of EngineOptions, max_model_len of the
 // EngineGeometry), so their addresses never
 // change: a decode step (one token per sequence) can be captured once per padded
-// batch size as a CUDA graph and replayed by refilling the buffers. Padding rows of
+// batch size as a CUDA graph and replayed by refilling the buffers; the same graphs
+// run speculative verify steps (every row of a sequence's k + 1 wants logits, so
+// T rows fit a graph of B >= T rows with several rows per sequence). Padding rows of
 // a graph batch use slot -1 (nothing written) and position 0 of block 0 (a harmless
 // read); their logits are ignored. Graphs are captured with max_context =
 // cuda_graph_max_context (attention's split count is baked into the graph), so longer
@@ -104,6 +106,16 @@ class ModelRunner {
   // (kernels/row_logprob.h).
   void row_logprobs(const std::vector<int32_t>& ids, const std::vector<float>& temps, std::vector<float>& out);
 
+  // A tandem step with one wait for the host (engine/tandem.h). After forward() on this runner
+  // and on `other` (a second model in the same block tables), each starts its sampler with
+  // sample_rows_async (nothing read back; false: these rows need sample_rows, i.e. top-n lists
+  // or bitwise logprobs). Then collect_pair, on this runner: after other's stream, this model's
+  // log_softmax(logits_r / T_r) of both models' sampled tokens, and everything read back at once.
+  // mine / theirs: each model's rows; lp_mine / lp_theirs: this model's logprob of each token.
+  bool sample_rows_async(const std::vector<RowSampling>& rows);
+  void collect_pair(ModelRunner& other, int64_t R, std::vector<SampledRow>& mine, std::vector<SampledRow>& theirs,
+                    std::vector<float>& lp_mine, std::vector<float>& lp_theirs);
+
  private:
   void fill_inputs(const SchedulerOutput& step, int padded_T, bool allow_prefill_tiles);
   ForwardBatch batch_view(int T, int S, int R, int max_context);
@@ -113,6 +125,13 @@ class ModelRunner {
   // logprob of each sampled token (the tokens are in d_tok_out_, the hidden rows in scratch_.xn).
   void trainer_logprobs(const std::vector<RowSampling>& rows, std::vector<SampledRow>& out);
   void capture_graphs();
+  // Uploads the rows' sampling settings into d_rows_; returns the view the sampler reads.
+  SamplingRows upload_rows(const std::vector<RowSampling>& rows);
+  // Copies rows [0, n) of d_out_ into h_out_ on `stream_ctx`'s stream (this runner's or a
+  // tandem partner's, ordered after this runner's work by the caller); the host view after
+  // `wait` (CPU: d_out_ itself).
+  const float* read_out(Context& stream_ctx, int n, bool wait);
+  void rows_from_out(const float* h, int64_t R, std::vector<SampledRow>& out) const;
 
   Context& ctx_;
   const ModelWeights& w_;
@@ -131,6 +150,11 @@ class ModelRunner {
   Tensor d_logits_;  // (max_seqs, V) f32
   // Persistent sampling buffers (max_seqs rows); banned and top-n are flat and grow on demand.
   SamplingRows d_rows_;
+  // The sampler's outputs and collect_pair's logprobs in one block read back by one copy:
+  // (kOutRows, max_R) 4-byte words, rows kOutTok (i32), kOutRaw, kOutProc, kOutMine, kOutTheirs (f32);
+  // h_out_: its page-locked host copy (CUDA). d_tok_out_, d_lp_raw_, d_lp_proc_ are rows of it.
+  Tensor d_out_, h_out_;
+  void* pair_event_ = nullptr;  // cudaEvent_t: collect_pair's wait for the other runner's stream
   Tensor d_tok_out_, d_lp_raw_, d_lp_proc_, d_top_ids_, d_top_lps_;
   int banned_cap_ = 0, top_cap_ = 0;
   Tensor d_given_ids_, d_given_temps_, d_given_lp_;  // (max_seqs) row_logprobs buffers, allocated on first use

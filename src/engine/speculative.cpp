@@ -135,6 +135,12 @@ double SpecStepTimes::predict(double size) const {
 SpecAdaptive::SpecAdaptive(int k_max, int probe_every)
     : k_max_(k_max), probe_every_(probe_every), probe_interval_(probe_every), alpha_(size_t(k_max) + 1, 0.8) {}
 
+void SpecAdaptive::add_overhead(double seconds) {
+  constexpr double kDecay = 0.9;
+  overhead_ = overhead_seen_ ? kDecay * overhead_ + (1 - kDecay) * seconds : seconds;
+  overhead_seen_ = true;
+}
+
 void SpecAdaptive::observe(int k, int accepted) {
   constexpr double kDecay = 0.95;
   for (int j = 1; j <= k && j <= accepted + 1; ++j) {
@@ -155,12 +161,14 @@ double SpecAdaptive::observe_seq(double alpha, int k, int accepted) {
 
 // Plans considered: the m sequences of highest expected acceptance draft k tokens each, the
 // others none, for every k in [1, k_max] and m in [1, B]. With n = m · k drafts the step costs
-//   verify(B + n)              one eager target forward over every scheduled token
+//   verify(B + n)              one target forward over every scheduled token (a CUDA-graph
+//                              replay up to 128 rows)
 //   + draft(m) · k             draft round 1 (steady state: one catch-up token) and k − 1
 //                              proposal rounds over the m drafting sequences
+//   + overhead                 the rest of a drafting step (add_overhead)
 // and emits Σ_s E_s(k_s) tokens, against plain decoding's B tokens in plain(B): measured times
-// of the plain engine's step at this batch size (a CUDA-graph replay), which is what k = 0
-// runs. At large B decode is no longer weight-bandwidth-bound, verify(B + n) grows with n,
+// of the plain engine's whole step at this batch size (a CUDA-graph replay), which is what
+// k = 0 runs. At large B decode is no longer weight-bandwidth-bound, verify(B + n) grows with n,
 // and the comparison turns drafting off there even at high acceptance. A plan must beat plain
 // decoding by 2%, so noise in the measurements does not flip a step to a loss.
 std::vector<int> SpecAdaptive::decide(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap,
@@ -220,7 +228,7 @@ std::vector<int> SpecAdaptive::decide(const std::vector<double>& alpha, bool has
     for (int m = 1; m <= B; ++m) {
       if (a1[order[size_t(m - 1)]] <= 0) break;  // nothing (or nothing acceptable) to propose from here on
       e += gain(order[size_t(m - 1)], k);
-      double cost = verify.predict(double(B + m * k));
+      double cost = verify.predict(double(B + m * k)) + overhead_;
       if (has_draft) cost += k * draft.predict(m);
       // A drafting step does a plain step's work and more: measurement noise must not make
       // it look cheaper (it would then "win" with no accepted drafts at all).
@@ -309,7 +317,9 @@ void SpecDraft::run_round(const SchedulerOutput& round, const std::vector<RowSam
   Tensor qj;
   if (keep_q_) qj = q_.slice0(int64_t(j) * max_seqs_, int64_t(j + 1) * max_seqs_);
   runner_->execute(round, rows, sampled_, keep_q_ ? &qj : nullptr);
-  if (times) times->add(double(round.n_tokens), now_seconds() - t0);
+  const double dt = now_seconds() - t0;
+  if (times) times->add(double(round.n_tokens), dt);
+  round_seconds += dt;
 }
 
 }  // namespace grpo

@@ -119,9 +119,14 @@ class SpecAdaptive {
   void observe(int k, int accepted);
   // A sequence's own acceptance EMA (Sequence::spec_alpha; < 0 = none yet) after such an outcome.
   static double observe_seq(double alpha, int k, int accepted);
-  SpecStepTimes plain;   // plain decode steps, by batch size
+  SpecStepTimes plain;   // whole plain decode steps (scheduling to commit), by batch size
   SpecStepTimes verify;  // target verify forwards (with sampling and the acceptance test), by tokens
   SpecStepTimes draft;   // draft rounds, by tokens
+  // The rest of a drafting step's wall time (scheduling, proposals' bookkeeping, commits,
+  // rollback): an EMA over drafting steps, added to every drafting plan's cost, so that
+  // plans compare whole steps with whole plain steps.
+  void add_overhead(double seconds);
+  double overhead() const { return overhead_; }
   double alpha(int pos) const { return alpha_[size_t(pos)]; }
   int probe_interval() const { return probe_interval_; }
 
@@ -133,6 +138,8 @@ class SpecAdaptive {
   bool decided_ = false;  // a decision after the warm-up probes was made
   std::vector<double> alpha_;
   int64_t since_spec_ = 0;
+  double overhead_ = 0;
+  bool overhead_seen_ = false;
 };
 
 class Tokenizer;
@@ -171,6 +178,7 @@ class SpecDraft {
 
  public:
   SpecStepTimes* times = nullptr;  // receives (tokens, seconds) of every draft round
+  double round_seconds = 0;        // seconds of the rounds since the caller last zeroed it
 };
 
 template <class RowsOf>

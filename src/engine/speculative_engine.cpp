@@ -11,6 +11,7 @@
 namespace grpo {
 
 std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* events) {
+  const double t_step = now_seconds();
   std::vector<RequestOutput> done;
   const SpeculativeOptions& so = opt_.speculative;
 
@@ -118,6 +119,7 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
   if (draft_) draft_->keep_distributions(rejection);
 
   // 2. Proposals of the draft model (also keeps its pool in step with the target's).
+  if (draft_) draft_->round_seconds = 0;
   if (draft_)
     draft_->propose(out, [&](const Sequence& s, int j) {
       RowSampling r = row_sampling(s, s.n_completion() - s.n_spec + j);
@@ -165,7 +167,8 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
   }
   std::vector<SpecVerifyResult> vres;
   if (!vrows.empty()) runner_->spec_verify_rows(spec_p_, draft_ ? draft_->q() : Tensor{}, vrows, vres);
-  adapt_->verify.add(double(out.n_tokens), now_seconds() - t0);
+  const double t_verify = now_seconds() - t0;
+  adapt_->verify.add(double(out.n_tokens), t_verify);
   scheduler_->on_step_done(out);
   ++stats_.steps;
   stats_.tokens_computed += out.n_tokens;
@@ -248,6 +251,7 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
   }
   GRPO_CHECK(r == sampled.size());
   if (any_spec) ++stats_.spec_steps;
+  adapt_->add_overhead(std::max(0.0, now_seconds() - t_step - t_verify - (draft_ ? draft_->round_seconds : 0.0)));
   return done;
 }
 

@@ -162,8 +162,15 @@ void TandemDecoder::execute(ModelRunner& trained, const SchedulerOutput& step, c
   // reads only its own logits and waits for its own stream).
   trained.forward(step);
   partner_->forward(step);
-  trained.sample_rows(rows, out);
-  partner_->sample_rows(rows, rows_partner_);
+  // Usually both samplers and the trained model's logprobs of both candidates run before one
+  // wait (collect_pair); rows with top-n lists take the general path, a wait per call.
+  const bool pair = trained.sample_rows_async(rows) && partner_->sample_rows_async(rows);
+  if (pair) {
+    trained.collect_pair(*partner_, int64_t(rows.size()), out, rows_partner_, lp_trained_, lp_partner_);
+  } else {
+    trained.sample_rows(rows, out);
+    partner_->sample_rows(rows, rows_partner_);
+  }
   ids_.clear();
   temps_.clear();
   size_t r = 0;
@@ -176,15 +183,18 @@ void TandemDecoder::execute(ModelRunner& trained, const SchedulerOutput& step, c
     const SampledRow& a = out[r];
     const SampledRow& b = rows_partner_[r];
     const bool by_trained = tandem_pick(opt_, key, i, prev_owner, s.tokens.back(), a.token, b.token);
+    // The trainer's view of every emitted token: the trained model's full-vocabulary
+    // distribution at the sampling temperature.
+    const float lp_trained = pair ? (by_trained ? lp_trained_[r] : lp_partner_[r]) : 0.f;
     if (!by_trained) out[r] = b;
     out[r].by_trained = by_trained;
+    out[r].logprob_trained = lp_trained;
     ids_.push_back(out[r].token);
     temps_.push_back(rows[r].temperature);
     ++r;
   }
-  // The trainer's view of every emitted token: the trained model's full-vocabulary
-  // distribution at the sampling temperature (its logits are still in place).
-  trained.row_logprobs(ids_, temps_, lp_trained_);
+  if (pair) return;
+  trained.row_logprobs(ids_, temps_, lp_trained_);  // its logits are still in place
   for (size_t j = 0; j < out.size(); ++j) out[j].logprob_trained = lp_trained_[j];
 }
 

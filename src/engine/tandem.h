@@ -11,7 +11,9 @@
 // trained model's logprob of the emitted token under log_softmax(z / T) (what
 // the trainer recomputes).
 // On CUDA the partner runs on a context of its own (its own stream, handles and a
-// smaller workspace), so its forward overlaps the trained model's on the GPU;
+// smaller workspace), so its forward and sampler overlap the trained model's on the GPU;
+// the trained stream then waits for the partner's, scores both candidate tokens and
+// reads everything back with one copy, so a step waits for the GPU once;
 // each runner captures its own decode graphs, so CUDA graphs cover both forwards.
 //
 // Owner of completion token i (u_i = uniform draws from tandem_key(seed, rng_key),
@@ -113,7 +115,7 @@ class TandemDecoder {
   std::unique_ptr<ModelRunner> partner_;
   std::vector<SampledRow> rows_partner_;
   std::vector<int32_t> ids_;
-  std::vector<float> temps_, lp_trained_;
+  std::vector<float> temps_, lp_trained_, lp_partner_;
 };
 
 }  // namespace grpo

@@ -417,3 +417,40 @@ TEST(EngineCuda, Fp8KvCacheMatchesTheCpuFp8Engine) {
     }
   }
 }
+
+// Speculative verify steps (k + 1 rows per sequence) replay the decode graphs: greedy outputs
+// with prompt lookup and with a draft identical to the target equal plain decoding's (f32:
+// logprobs to rounding; the two runs' GEMMs see different row counts), and the target's graph
+// replays cover every verify step (eager verify steps would leave them at the plain steps').
+TEST(EngineCuda, SpeculativeVerifyStepsReplayDecodeGraphs) {
+  REQUIRE_CUDA();
+  SamplingParams p;
+  p.temperature = 0.f;
+  p.max_tokens = 40;
+  p.ignore_eos = true;
+  ModelWeights& w = cuda_stories(DType::f32);
+  Context c0(cuda_ctx());
+  Engine plain(c0, w, nullptr, opts(true));
+  auto a = plain.generate(prompts(), p);
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  for (SpecMethod m : {SpecMethod::draft, SpecMethod::ngram}) {
+    EngineOptions eo = opts(true);
+    eo.speculative.method = m;
+    eo.speculative.num_speculative_tokens = 4;
+    eo.speculative.adaptive = false;
+    Context c(cuda_ctx());
+    Engine eng(c, w, nullptr, eo, nullptr, m == SpecMethod::draft ? &w : nullptr);
+    auto b = eng.generate(prompts(), p);
+    ASSERT_TRUE(b.ok()) << b.status().message();
+    const char* label = m == SpecMethod::draft ? "draft = target" : "ngram";
+    for (size_t i = 0; i < a.value().size(); ++i) {
+      const RequestOutput &x = a.value()[i], &y = b.value()[i];
+      EXPECT_EQ(x.completion_ids, y.completion_ids) << label << " output " << i;
+      ASSERT_EQ(x.logprobs_raw.size(), y.logprobs_raw.size()) << label;
+      for (size_t t = 0; t < x.logprobs_raw.size(); ++t)
+        EXPECT_NEAR(x.logprobs_raw[t], y.logprobs_raw[t], 1e-4) << label << " output " << i << " token " << t;
+    }
+    EXPECT_GT(eng.stats().spec_steps, 0) << label;
+    EXPECT_GE(eng.stats().graph_replays, eng.stats().spec_steps) << label;
+  }
+}

@@ -278,6 +278,11 @@ TEST(Speculative, AdaptivePlanFollowsMeasuredStepTimes) {
   for (int v : a.plan(std::vector<double>(8, -1.0), true)) EXPECT_EQ(v, 0);
   for (int i = 0; i < 400; ++i) a.observe(4, 4);  // always accepted: 5 tokens per 1 ms forward
   for (int v : a.plan(std::vector<double>(8, -1.0), false)) EXPECT_EQ(v, 4);
+  // The rest of a drafting step (host bookkeeping outside the forwards) counts too: at 5 ms
+  // a drafting step emits 5 tokens per 6 ms against 1 per 1 ms plain.
+  for (int i = 0; i < 50; ++i) a.add_overhead(5e-3);
+  EXPECT_NEAR(a.overhead(), 5e-3, 1e-9);
+  for (int v : a.plan(std::vector<double>(8, -1.0), false)) EXPECT_EQ(v, 0);
 }
 
 // Per-request k (SpecAdaptive::plan), no model: with a per-token verify cost, sequences that
