@@ -47,6 +47,9 @@ struct Timed {
   double seconds = 0, tokens = 0;
   int64_t proposed = 0, accepted = 0, steps = 0;
   int64_t drafting_steps = 0;  // speculative engine: steps that verified drafts (the rest ran plain)
+  // Adaptive k: the plan's measured costs at the run's batch size B (ms): a plain step, a verify
+  // forward over B·(k + 1) tokens, a draft round over B sequences, the rest of a drafting step.
+  double plain_ms = 0, verify_ms = 0, draft_ms = 0, overhead_ms = 0;
 };
 
 Result<Timed> time_generate(Context& ctx, ModelWeights& w, const Tokenizer* tok, const EngineOptions& eo,
@@ -70,6 +73,13 @@ Result<Timed> time_generate(Context& ctx, ModelWeights& w, const Tokenizer* tok,
   t.accepted = eng.stats().spec_accepted - s0.spec_accepted;
   t.steps = eng.stats().steps - s0.steps;
   t.drafting_steps = eng.stats().spec_steps - s0.spec_steps;
+  if (const SpecAdaptive* a = eng.spec_adaptive()) {
+    const double B = double(prompts.size()) * double(sp.n), k = double(eo.speculative.num_speculative_tokens);
+    t.plain_ms = a->plain.empty() ? 0 : 1e3 * a->plain.predict(B);
+    t.verify_ms = a->verify.empty() ? 0 : 1e3 * a->verify.predict(B * (k + 1));
+    t.draft_ms = a->draft.empty() ? 0 : 1e3 * a->draft.predict(B);
+    t.overhead_ms = 1e3 * a->overhead();
+  }
   return t;
 }
 
@@ -234,12 +244,18 @@ int main(int argc, char** argv) {
       const double acc = spec->proposed ? double(spec->accepted) / double(spec->proposed) : 0.0;
       std::printf("%-10s %6d %6d %12.1f %12.1f %7.3f %10.3f %6lld/%-7lld\n", d.c_str(), B, G, tp, ts, ts / tp, acc,
                   (long long)spec->drafting_steps, (long long)spec->steps);
+      if (spec->plain_ms > 0)
+        std::printf("           plan costs (ms): plain %.3f, verify of B(k+1) %.3f, draft round %.3f, rest of a "
+                    "drafting step %.3f\n",
+                    spec->plain_ms, spec->verify_ms, spec->draft_ms, spec->overhead_ms);
       std::fflush(stdout);
       rows.push_back({{"draft", d}, {"prompts", B}, {"group", G}, {"sequences", B * G},
                       {"plain_tokens_per_s", tp}, {"spec_tokens_per_s", ts}, {"ratio", ts / tp},
                       {"acceptance", acc}, {"proposed", spec->proposed}, {"accepted", spec->accepted},
                       {"plain_steps", plain->steps}, {"spec_steps", spec->steps},
-                      {"spec_drafting_steps", spec->drafting_steps}});
+                      {"spec_drafting_steps", spec->drafting_steps},
+                      {"plan_ms", {{"plain", spec->plain_ms}, {"verify", spec->verify_ms}, {"draft_round", spec->draft_ms},
+                                   {"drafting_step_rest", spec->overhead_ms}}}});
     }
   }
   if (!json_path.empty()) {

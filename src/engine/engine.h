@@ -164,6 +164,8 @@ class Engine {
   bool has_tandem() const { return tandem_ != nullptr; }
 
   const EngineStats& stats() const { return stats_; }
+  // Speculative engines with adaptive k: the measured step costs the plan uses (else null).
+  const SpecAdaptive* spec_adaptive() const { return adapt_.get(); }
   const Context& context() const { return ctx_; }
   const EngineOptions& options() const { return opt_; }
   int n_kv_blocks() const { return blocks_->n_blocks(); }

@@ -149,12 +149,14 @@ void SpecAdaptive::observe(int k, int accepted) {
   }
 }
 
-double SpecAdaptive::observe_seq(double alpha, int k, int accepted) {
-  // Requests are short-lived: a fast EMA, seeded by the first outcome.
+double SpecAdaptive::observe_seq(double alpha, int k, int accepted, double prior) {
+  // Requests are short-lived: a fast EMA, starting from the engine-wide estimate, so that one
+  // early miss cannot drop α to 0, which would keep the sequence from drafting for good.
   constexpr double kDecay = 0.8;
+  if (alpha < 0) alpha = std::clamp(prior, 0.0, 1.0);
   for (int j = 1; j <= k && j <= accepted + 1; ++j) {
     const double hit = j <= accepted ? 1.0 : 0.0;
-    alpha = alpha < 0 ? hit : kDecay * alpha + (1 - kDecay) * hit;
+    alpha = kDecay * alpha + (1 - kDecay) * hit;
   }
   return alpha;
 }
@@ -184,9 +186,9 @@ std::vector<int> SpecAdaptive::decide(const std::vector<double>& alpha, bool has
     return ks;
   };
   // A probe while drafting is off re-measures acceptance cheaply: k <= kProbeK drafts for the
-  // kProbeSeqs sequences with the best acceptance. A probe of every sequence at full k cost a
-  // verify forward of B·(k + 1) tokens without CUDA graphs (and a draft model's catch-up of
-  // each sequence), several plain steps' time at 64-512 sequences.
+  // kProbeSeqs sequences with the best acceptance. A probe of every sequence at full k costs a
+  // verify forward of B·(k + 1) tokens (eager past 128 rows) and a draft model's catch-up of
+  // each sequence: several plain steps' time at 64-512 sequences.
   constexpr int kProbeSeqs = 8, kProbeK = 2;
   auto small_probe = [&] {
     *branch = Branch::interval_probe;

@@ -117,8 +117,9 @@ class SpecAdaptive {
   bool may_draft(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap = {}) const;
   // Outcome of one verified sequence: it proposed k and the first `accepted` matched.
   void observe(int k, int accepted);
-  // A sequence's own acceptance EMA (Sequence::spec_alpha; < 0 = none yet) after such an outcome.
-  static double observe_seq(double alpha, int k, int accepted);
+  // A sequence's own acceptance EMA (Sequence::spec_alpha; < 0 = none yet: it starts from
+  // prior, the engine-wide α of position 1) after such an outcome.
+  static double observe_seq(double alpha, int k, int accepted, double prior);
   SpecStepTimes plain;   // whole plain decode steps (scheduling to commit), by batch size
   SpecStepTimes verify;  // target verify forwards (with sampling and the acceptance test), by tokens
   SpecStepTimes draft;   // draft rounds, by tokens

@@ -234,7 +234,7 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
       stats_.spec_proposed += k;
       stats_.spec_accepted += acc_emitted;
       adapt_->observe(k, acc);
-      s.spec_alpha = SpecAdaptive::observe_seq(s.spec_alpha, k, acc);
+      s.spec_alpha = SpecAdaptive::observe_seq(s.spec_alpha, k, acc, adapt_->alpha(1));
     }
     if (s.finish != FinishReason::none) {
       after_token(s, ev, now, done);  // s is gone from here

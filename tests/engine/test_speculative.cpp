@@ -311,8 +311,10 @@ TEST(Speculative, AdaptivePlansKPerRequestFromItsAcceptance) {
   // (0.43 ms): 44.9 / 1.91 ms beats 16 / 1.16 ms.
   auto b = measured(16e-3, 0, 1e-3, 1e-6, 0);  // compute-bound: 1 ms per token
   for (int v : b->plan(std::vector<double>(16, 0.9), true)) EXPECT_EQ(v, 0);
-  EXPECT_DOUBLE_EQ(SpecAdaptive::observe_seq(-1, 3, 3), 1.0);
-  EXPECT_NEAR(SpecAdaptive::observe_seq(1.0, 3, 0), 0.8, 1e-12);  // a miss at position 1 only
+  // A sequence's EMA starts from the engine-wide α: a first miss lowers it, never to 0.
+  EXPECT_NEAR(SpecAdaptive::observe_seq(-1, 3, 3, 0.8), 0.8976, 1e-12);  // 0.8 → 0.84 → 0.872 → 0.8976
+  EXPECT_NEAR(SpecAdaptive::observe_seq(-1, 3, 0, 0.8), 0.64, 1e-12);    // a miss at position 1 only
+  EXPECT_NEAR(SpecAdaptive::observe_seq(1.0, 3, 0, 0.5), 0.8, 1e-12);
 }
 
 TEST(SpecStepTimes, InterpolatesBetweenMeasuredSizes) {
