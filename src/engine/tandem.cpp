@@ -157,13 +157,12 @@ void TandemDecoder::execute(ModelRunner& trained, const SchedulerOutput& step, c
   GRPO_CHECK(int(rows.size()) == step.n_sampled);
   out.clear();
   if (step.empty()) return;
-  // Both forwards write their own pools at the same slots (on CUDA on two streams,
-  // overlapping); then both sample with the same keys and counters (each sampler
-  // reads only its own logits and waits for its own stream).
-  trained.forward(step);
-  partner_->forward(step);
+  // Both forwards write their own pools at the same slots (on CUDA on two streams); then
+  // both sample with the same keys and counters, each from its own logits on its own stream.
   // Usually both samplers and the trained model's logprobs of both candidates run before one
   // wait (collect_pair); rows with top-n lists take the general path, a wait per call.
+  trained.forward(step);
+  partner_->forward(step);
   const bool pair = trained.sample_rows_async(rows) && partner_->sample_rows_async(rows);
   if (pair) {
     trained.collect_pair(*partner_, int64_t(rows.size()), out, rows_partner_, lp_trained_, lp_partner_);
