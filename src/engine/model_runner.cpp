@@ -70,6 +70,8 @@ ModelRunner::ModelRunner(Context& ctx, const ModelWeights& w, const EngineOption
   const ModelConfig& cfg = w.config;
   const Device dev = ctx.device();
   max_blocks_per_seq_ = (geo.max_model_len + opt.block_size - 1) / opt.block_size;
+  max_T_ = std::max(opt.max_num_batched_tokens, opt.max_num_seqs);
+  max_R_ = std::max(opt.max_num_seqs, geo.max_logit_rows);
   if (opt_.cuda_graph_batch_sizes.empty()) {
     for (int b : {1, 2, 4, 8})
       if (b < opt.max_num_seqs) opt_.cuda_graph_batch_sizes.push_back(b);
@@ -77,8 +79,7 @@ ModelRunner::ModelRunner(Context& ctx, const ModelWeights& w, const EngineOption
     opt_.cuda_graph_batch_sizes.push_back(opt.max_num_seqs);
     // Speculative verify steps have up to k + 1 rows per sequence; graphs up to 128 rows
     // (larger verify steps run eagerly with the tensor-core prefill tiles).
-    const int verify_rows =
-        std::min({geo.max_logit_rows, std::max(opt.max_num_batched_tokens, opt.max_num_seqs), 128});
+    const int verify_rows = std::min({geo.max_logit_rows, max_T_, 128});
     if (verify_rows > opt.max_num_seqs) {
       for (int b = (opt.max_num_seqs / 8 + 1) * 8; b < verify_rows; b += 8) opt_.cuda_graph_batch_sizes.push_back(b);
       opt_.cuda_graph_batch_sizes.push_back(verify_rows);
@@ -87,8 +88,6 @@ ModelRunner::ModelRunner(Context& ctx, const ModelWeights& w, const EngineOption
   std::sort(opt_.cuda_graph_batch_sizes.begin(), opt_.cuda_graph_batch_sizes.end());
   if (opt_.cuda_graph_max_context <= 0) opt_.cuda_graph_max_context = std::min(geo.max_model_len, 2048);
   opt_.cuda_graph_max_context = std::min(opt_.cuda_graph_max_context, geo.max_model_len);
-  max_T_ = std::max(opt.max_num_batched_tokens, opt.max_num_seqs);
-  max_R_ = std::max(opt.max_num_seqs, geo.max_logit_rows);
 
   cache_ = kv_cache_allocate(cfg, dev, geo.kv_dtype, geo.n_blocks, opt.block_size);
   rope_ = rope_table_build(cfg, dev, geo.max_model_len);
@@ -408,6 +407,14 @@ SamplingRows ModelRunner::upload_rows(const std::vector<RowSampling>& rows) {
   return v;
 }
 
+SamplingOutputs ModelRunner::sampler_outputs(int64_t R) const {
+  SamplingOutputs o;
+  o.tokens = d_tok_out_.slice0(0, R);
+  o.logprob_raw = d_lp_raw_.slice0(0, R);
+  o.logprob_processed = d_lp_proc_.slice0(0, R);
+  return o;
+}
+
 const float* ModelRunner::read_out(Context& stream_ctx, int n, bool wait) {
 #ifdef GRPO_HAVE_CUDA
   if (ctx_.device() == Device::cuda) {
@@ -444,10 +451,7 @@ void ModelRunner::sample(const std::vector<RowSampling>& rows, std::vector<Sampl
     if (r.n_top > 0) (r.top_processed ? any_proc : any_raw) = true;
   }
   const SamplingRows v = upload_rows(rows);
-  SamplingOutputs o;
-  o.tokens = d_tok_out_.slice0(0, R);
-  o.logprob_raw = d_lp_raw_.slice0(0, R);
-  o.logprob_processed = d_lp_proc_.slice0(0, R);
+  SamplingOutputs o = sampler_outputs(R);
   if (n_top > 0) {
     if (n_top > top_cap_) {
       top_cap_ = n_top;
@@ -495,10 +499,7 @@ bool ModelRunner::sample_rows_async(const std::vector<RowSampling>& rows) {
   const int64_t R = int64_t(rows.size());
   if (R == 0) return true;
   const SamplingRows v = upload_rows(rows);
-  SamplingOutputs o;
-  o.tokens = d_tok_out_.slice0(0, R);
-  o.logprob_raw = d_lp_raw_.slice0(0, R);
-  o.logprob_processed = d_lp_proc_.slice0(0, R);
+  SamplingOutputs o = sampler_outputs(R);
   sample_tokens(ctx_, o, d_logits_.slice0(0, R), v, false);
   return true;
 }

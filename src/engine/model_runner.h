@@ -127,6 +127,8 @@ class ModelRunner {
   void capture_graphs();
   // Uploads the rows' sampling settings into d_rows_; returns the view the sampler reads.
   SamplingRows upload_rows(const std::vector<RowSampling>& rows);
+  // The sampler's token / logprob outputs for R rows (rows of d_out_).
+  SamplingOutputs sampler_outputs(int64_t R) const;
   // Copies rows [0, n) of d_out_ into h_out_ on `stream_ctx`'s stream (this runner's or a
   // tandem partner's, ordered after this runner's work by the caller); the host view after
   // `wait` (CPU: d_out_ itself).

@@ -119,13 +119,14 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
   if (draft_) draft_->keep_distributions(rejection);
 
   // 2. Proposals of the draft model (also keeps its pool in step with the target's).
-  if (draft_) draft_->round_seconds = 0;
-  if (draft_)
+  if (draft_) {
+    draft_->round_seconds = 0;
     draft_->propose(out, [&](const Sequence& s, int j) {
       RowSampling r = row_sampling(s, s.n_completion() - s.n_spec + j);
       r.n_top = 0;
       return r;
     });
+  }
 
   // 3. Verify: the target samples every position of each range with plain decoding's counters.
   std::vector<RowSampling> rows;

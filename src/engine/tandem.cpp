@@ -183,13 +183,15 @@ void TandemDecoder::execute(ModelRunner& trained, const SchedulerOutput& step, c
     const SampledRow& b = rows_partner_[r];
     const bool by_trained = tandem_pick(opt_, key, i, prev_owner, s.tokens.back(), a.token, b.token);
     // The trainer's view of every emitted token: the trained model's full-vocabulary
-    // distribution at the sampling temperature.
+    // distribution at the sampling temperature (general path: scored below).
     const float lp_trained = pair ? (by_trained ? lp_trained_[r] : lp_partner_[r]) : 0.f;
     if (!by_trained) out[r] = b;
     out[r].by_trained = by_trained;
     out[r].logprob_trained = lp_trained;
-    ids_.push_back(out[r].token);
-    temps_.push_back(rows[r].temperature);
+    if (!pair) {
+      ids_.push_back(out[r].token);
+      temps_.push_back(rows[r].temperature);
+    }
     ++r;
   }
   if (pair) return;
