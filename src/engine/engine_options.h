@@ -62,7 +62,7 @@ struct EngineOptions {
   bool use_cuda_graphs = false;                // capture decode steps (CUDA only)
   int cuda_graph_max_context = 0;              // graphs serve contexts up to this (0: min(max_model_len, 2048))
   std::vector<int> cuda_graph_batch_sizes;     // empty: 1, 2, 4, 8, then multiples of 8 up to max_num_seqs
-                                               // (speculative: up to max_num_seqs · (k + 1) rows, at most 128)
+                                               // (speculative: up to max_num_seqs · (k + 1) rows, at most 512)
   uint64_t seed = 0;                           // keys of requests without a seed
   std::vector<int> eos_token_ids;              // empty: the tokenizer's, else config.json's
   KvCacheDtype kv_cache_dtype = KvCacheDtype::automatic;

@@ -10,6 +10,7 @@
 
 #include "core/log.h"
 #include "engine/cuda_graph.h"
+#include "kernels/cuda/env_switch.h"
 #include "kernels/linear.h"
 #include "kernels/logprob.h"
 #include "kernels/row_logprob.h"
@@ -77,11 +78,14 @@ ModelRunner::ModelRunner(Context& ctx, const ModelWeights& w, const EngineOption
       if (b < opt.max_num_seqs) opt_.cuda_graph_batch_sizes.push_back(b);
     for (int b = 16; b < opt.max_num_seqs; b += 8) opt_.cuda_graph_batch_sizes.push_back(b);
     opt_.cuda_graph_batch_sizes.push_back(opt.max_num_seqs);
-    // Speculative verify steps have up to k + 1 rows per sequence; graphs up to 128 rows
-    // (larger verify steps run eagerly with the tensor-core prefill tiles).
-    const int verify_rows = std::min({geo.max_logit_rows, max_T_, 128});
+    // Speculative verify steps have up to k + 1 rows per sequence; graphs up to
+    // GRPO_VERIFY_GRAPH_ROWS rows (default 512; larger verify steps run eagerly with the
+    // tensor-core prefill tiles), every 8 rows up to 128, every 32 past it.
+    const int cap = int(cuda::env_long("GRPO_VERIFY_GRAPH_ROWS", 512, 0, 4096));
+    const int verify_rows = std::min({geo.max_logit_rows, max_T_, cap});
     if (verify_rows > opt.max_num_seqs) {
-      for (int b = (opt.max_num_seqs / 8 + 1) * 8; b < verify_rows; b += 8) opt_.cuda_graph_batch_sizes.push_back(b);
+      for (int b = (opt.max_num_seqs / 8 + 1) * 8; b < verify_rows; b += b < 128 ? 8 : 32)
+        opt_.cuda_graph_batch_sizes.push_back(b);
       opt_.cuda_graph_batch_sizes.push_back(verify_rows);
     }
   }

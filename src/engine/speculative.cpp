@@ -161,10 +161,18 @@ double SpecAdaptive::observe_seq(double alpha, int k, int accepted, double prior
   return alpha;
 }
 
+double SpecAdaptive::relax_seq(double alpha, double prior) {
+  // 10% a step: a streak of misses (a run of digits the draft cannot guess) weighs for about
+  // ten idle steps; a sequence's α is not measured while it does not draft.
+  constexpr double kRelax = 0.1;
+  if (alpha < 0) return alpha;
+  return alpha + kRelax * (std::clamp(prior, 0.0, 1.0) - alpha);
+}
+
 // Plans considered: the m sequences of highest expected acceptance draft k tokens each, the
 // others none, for every k in [1, k_max] and m in [1, B]. With n = m · k drafts the step costs
 //   verify(B + n)              one target forward over every scheduled token (a CUDA-graph
-//                              replay up to 128 rows)
+//                              replay up to 512 rows)
 //   + draft(m) · k             draft round 1 (steady state: one catch-up token) and k − 1
 //                              proposal rounds over the m drafting sequences
 //   + overhead                 the rest of a drafting step (add_overhead)
@@ -180,33 +188,31 @@ std::vector<int> SpecAdaptive::decide(const std::vector<double>& alpha, bool has
   *branch = Branch::unmeasured;
   if (B == 0) return ks;
   auto cap = [&](size_t s) { return k_cap.empty() ? k_max_ : std::min(k_max_, k_cap[s]); };
-  auto probe = [&](Branch b) {
+  // Probes draft for the n sequences of best acceptance, at most k_probe each.
+  auto probe = [&](Branch b, int n_seqs, int k_probe) {
     *branch = b;
-    for (size_t s = 0; s < ks.size(); ++s) ks[s] = cap(s);
-    return ks;
-  };
-  // A probe while drafting is off re-measures acceptance cheaply: k <= kProbeK drafts for the
-  // kProbeSeqs sequences with the best acceptance. A probe of every sequence at full k costs a
-  // verify forward of B·(k + 1) tokens (eager past 128 rows) and a draft model's catch-up of
-  // each sequence: several plain steps' time at 64-512 sequences.
-  constexpr int kProbeSeqs = 8, kProbeK = 2;
-  auto small_probe = [&] {
-    *branch = Branch::interval_probe;
     std::vector<size_t> by(static_cast<size_t>(B));
     for (size_t s = 0; s < by.size(); ++s) by[s] = s;
     auto a0 = [&](size_t s) { return alpha[s] >= 0 ? alpha[s] : alpha_[1]; };
     std::stable_sort(by.begin(), by.end(), [&](size_t x, size_t y) { return a0(x) > a0(y); });
-    for (size_t i = 0, n = 0; i < by.size() && n < size_t(kProbeSeqs); ++i)
-      if ((ks[by[i]] = std::min(kProbeK, cap(by[i]))) > 0) ++n;
+    for (size_t i = 0, n = 0; i < by.size() && n < size_t(n_seqs); ++i)
+      if ((ks[by[i]] = std::min(k_probe, cap(by[i]))) > 0) ++n;
     return ks;
   };
+  // The warm-up measures full-k drafting for up to kWarmupSeqs sequences (every sequence of a
+  // rollout-sized batch; at 512 sequences drafting all would cost a verify forward of B·(k + 1)
+  // tokens and a draft model's catch-up of every context: several plain steps' time). A probe
+  // while drafting is off re-measures acceptance cheaply: k <= kProbeK drafts for the
+  // kProbeSeqs sequences with the best acceptance.
+  constexpr int kWarmupSeqs = 64, kProbeSeqs = 8, kProbeK = 2;
   // Warm-up: two samples of plain decoding at this batch size (a new size is measured by
-  // running plain), then two full drafting steps before the first decision.
+  // running plain), then two full-k drafting steps (kWarmupSeqs) before the first decision.
   if (!plain.measured(B, 2)) {
     *branch = Branch::unmeasured;
     return ks;
   }
-  if (warmup_probes_ > 0 || verify.empty() || (has_draft && draft.empty())) return probe(Branch::warmup_probe);
+  if (warmup_probes_ > 0 || verify.empty() || (has_draft && draft.empty()))
+    return probe(Branch::warmup_probe, kWarmupSeqs, k_max_);
   // gain: expected extra tokens of sequence s from k drafts.
   auto gain = [&](size_t s, int k) {
     double e = 0, run = 1;
@@ -248,7 +254,7 @@ std::vector<int> SpecAdaptive::decide(const std::vector<double>& alpha, bool has
     for (int m = 0; m < best_m; ++m) ks[order[size_t(m)]] = std::min(best_k, cap(order[size_t(m)]));
     return ks;
   }
-  if (since_spec >= probe_interval_) return small_probe();
+  if (since_spec >= probe_interval_) return probe(Branch::interval_probe, kProbeSeqs, kProbeK);
   *branch = Branch::plain;
   return ks;
 }

@@ -44,7 +44,10 @@
 // decoding by 2%; the engine then runs the step as the plain engine does (Engine::step_plain:
 // no verify pass, no draft forward). The draft model lags behind and catches up lazily:
 // Sequence::draft_computed counts the positions its pool holds, and the next drafting step
-// runs the missing tokens through the draft in one batched prefill (round 1). While off,
+// runs the missing tokens through the draft in one batched prefill (round 1). While a
+// sequence does not draft, its α_s relaxes toward the engine-wide α (10% a step), so a
+// streak of misses does not keep it from drafting for the rest of its life. The warm-up
+// (two steps after plain decoding is measured) drafts full k for up to 64 sequences. While off,
 // a probe step (k ≤ 2 for the 8 sequences of best acceptance) re-measures α and the
 // verify cost; the probe interval starts at probe_every (2·probe_every when the first
 // decision after the warm-up is plain) and quadruples after every probe that does not make
@@ -120,6 +123,10 @@ class SpecAdaptive {
   // A sequence's own acceptance EMA (Sequence::spec_alpha; < 0 = none yet: it starts from
   // prior, the engine-wide α of position 1) after such an outcome.
   static double observe_seq(double alpha, int k, int accepted, double prior);
+  // A sequence that did not draft this step: its own EMA moves a step toward the engine-wide
+  // α (prior), so stale evidence fades and a sequence whose α fell after a few misses drafts
+  // again later without waiting for a probe.
+  static double relax_seq(double alpha, double prior);
   SpecStepTimes plain;   // whole plain decode steps (scheduling to commit), by batch size
   SpecStepTimes verify;  // target verify forwards (with sampling and the acceptance test), by tokens
   SpecStepTimes draft;   // draft rounds, by tokens

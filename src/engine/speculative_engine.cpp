@@ -54,10 +54,13 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
   int draft_tokens = draft_ ? draft_->max_round_tokens() : 0;
   std::vector<int> k_plan = so.adaptive ? adapt_->plan(ready_alpha, draft_ != nullptr, ready_cap) : ready_cap;
   std::vector<Sequence*> planned;
-  for (size_t i = 0; i < ready.size() && spare_tokens > 0; ++i) {
+  for (size_t i = 0; i < ready.size(); ++i) {
     Sequence* s = ready[i];
     int k = std::min({k_plan[i], ready_cap[i], spare_tokens});
-    if (k <= 0) continue;
+    if (k <= 0) {
+      if (so.adaptive && k_plan[i] <= 0) s->spec_alpha = SpecAdaptive::relax_seq(s->spec_alpha, adapt_->alpha(1));
+      continue;
+    }
     const int catch_up = s->n_total() - s->draft_computed;
     if (draft_ && catch_up + k > draft_tokens) continue;
     const int held = std::max(int(s->table.blocks.size()), blocks_->blocks_for(s->n_total()));

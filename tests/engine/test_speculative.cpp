@@ -7,6 +7,7 @@
 // and sampled (top-k / top-p / min-p), with preemption and prefix-cache hits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -315,6 +316,55 @@ TEST(Speculative, AdaptivePlansKPerRequestFromItsAcceptance) {
   EXPECT_NEAR(SpecAdaptive::observe_seq(-1, 3, 3, 0.8), 0.8976, 1e-12);  // 0.8 → 0.84 → 0.872 → 0.8976
   EXPECT_NEAR(SpecAdaptive::observe_seq(-1, 3, 0, 0.8), 0.64, 1e-12);    // a miss at position 1 only
   EXPECT_NEAR(SpecAdaptive::observe_seq(1.0, 3, 0, 0.5), 0.8, 1e-12);
+  // A sequence that does not draft relaxes toward the engine-wide α, 10% a step; unmeasured stays so.
+  EXPECT_NEAR(SpecAdaptive::relax_seq(0.3, 0.8), 0.35, 1e-12);
+  EXPECT_NEAR(SpecAdaptive::relax_seq(0.9, 0.5), 0.86, 1e-12);
+  EXPECT_EQ(SpecAdaptive::relax_seq(-1.0, 0.8), -1.0);
+  double x = 0.2;
+  for (int i = 0; i < 40; ++i) x = SpecAdaptive::relax_seq(x, 0.7);
+  EXPECT_NEAR(x, 0.7 - 0.5 * std::pow(0.9, 40), 1e-12);
+}
+
+// A sequence whose α fell below what drafting needs drafts again after some idle steps
+// (relax_seq), instead of waiting for a probe: the engine-wide α stays high.
+TEST(Speculative, AdaptiveSequenceDraftsAgainAfterAStreakOfMisses) {
+  SpecAdaptive a(4, 1000);
+  for (int i = 0; i < 4; ++i) {  // one sequence: verify of up to 5 tokens costs a plain step; a draft round 0.3 of it
+    a.plain.add(1, 1e-3);
+    for (int t = 1; t <= 5; ++t) a.verify.add(t, 1e-3);
+    a.draft.add(1, 3e-4);
+  }
+  for (int i = 0; i < 2; ++i) a.plan({-1.0}, true);  // warm-up
+  for (int i = 0; i < 100; ++i) a.observe(4, 3);      // engine-wide α high
+  double alpha = 0.8;
+  // A streak of misses: α 0.21, below k = 1's break-even (1 + α >= 1.02 · 1.3 ms / 1 ms: α >= 0.33).
+  for (int i = 0; i < 6; ++i) alpha = SpecAdaptive::observe_seq(alpha, 1, 0, a.alpha(1));
+  ASSERT_EQ(a.plan({alpha}, true)[0], 0) << "alpha " << alpha;
+  int idle = 0;
+  while (a.plan({alpha}, true)[0] == 0 && idle < 100) {
+    alpha = SpecAdaptive::relax_seq(alpha, a.alpha(1));
+    ++idle;
+  }
+  EXPECT_GT(idle, 0);
+  EXPECT_LT(idle, 20) << "alpha " << alpha;
+}
+
+// The warm-up drafts full k for every sequence of a batch up to 64, and for 64 of a larger
+// one (the best-accepting first), so its cost does not grow with a rollout's batch.
+TEST(Speculative, AdaptiveWarmupDraftsAtMost64Sequences) {
+  for (int B : {8, 64, 512}) {
+    SpecAdaptive a(4, 32);
+    for (int i = 0; i < 2; ++i) a.plain.add(B, 1e-3);
+    std::vector<double> alpha(size_t(B), -1.0);
+    alpha[size_t(B) - 1] = 0.99;
+    for (int step = 0; step < 2; ++step) {
+      const std::vector<int> k = a.plan(alpha, false);
+      const int drafting = int(std::count_if(k.begin(), k.end(), [](int v) { return v > 0; }));
+      EXPECT_EQ(drafting, std::min(B, 64)) << "B " << B;
+      EXPECT_EQ(k.back(), 4) << "B " << B;
+      for (int v : k) EXPECT_TRUE(v == 0 || v == 4);
+    }
+  }
 }
 
 TEST(SpecStepTimes, InterpolatesBetweenMeasuredSizes) {

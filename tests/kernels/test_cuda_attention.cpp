@@ -332,6 +332,96 @@ TEST(CudaAttention, PagedDecodeBatch) {
   }
 }
 
+// Batch-invariant contexts (the bitwise mode) run runs of rows of one sequence through the
+// several-rows-per-block kernel (attention_decode.cu): every row equals, bit for bit, the same
+// token computed alone by the one-token kernel, for GQA groups 1 to 16 (16 / G tokens share
+// the mma rows), head dims 64 and 128, sequences whose rows cross the 256-key partitions and
+// blocks whose range holds the end of one sequence and the start of the next. And it agrees
+// with the CPU reference.
+TEST(CudaAttention, PagedRowsBitwiseEqualOneTokenKernel) {
+  GRPO_SKIP_WITHOUT_CUDA();
+  ContextOptions o;
+  o.device = Device::cuda;
+  o.deterministic = true;
+  o.batch_invariant = true;
+  Context bctx(o);
+  struct Shape {
+    int64_t Hq, Hkv, D;
+  };
+  const Shape shapes[] = {{14, 2, 64}, {16, 8, 128}, {32, 8, 64}, {16, 16, 64}, {16, 1, 128}, {12, 4, 128}};
+  uint32_t seed = 900;
+  for (const Shape& sh : shapes) {
+    const int64_t Hq = sh.Hq, Hkv = sh.Hkv, D = sh.D;
+    const int32_t bs = 16;
+    // Rows of each sequence: positions [start, len) (a prefix-cache hit starts later).
+    const std::vector<std::pair<int32_t, int32_t>> seqs = {{0, 300}, {0, 7}, {250, 530}, {0, 1}, {5, 67}, {511, 514}};
+    const int64_t S = int64_t(seqs.size());
+    int32_t max_ctx = 0;
+    for (auto [a, b] : seqs) max_ctx = std::max(max_ctx, b);
+    const int64_t max_blocks = (max_ctx + bs - 1) / bs;
+    int64_t n_blocks = 0;
+    for (auto [a, b] : seqs) n_blocks += (b + bs - 1) / bs;
+    std::mt19937 rng(seed++);
+    std::vector<int32_t> perm(static_cast<size_t>(n_blocks));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::vector<int32_t> table(static_cast<size_t>(S * max_blocks), 0), tseq, tpos;
+    int64_t next = 0;
+    for (int64_t s = 0; s < S; ++s) {
+      const auto [a, b] = seqs[static_cast<size_t>(s)];
+      for (int64_t k = 0; k < (b + bs - 1) / bs; ++k) table[static_cast<size_t>(s * max_blocks + k)] = perm[static_cast<size_t>(next++)];
+      for (int32_t p = a; p < b; ++p) {
+        tseq.push_back(int32_t(s));
+        tpos.push_back(p);
+      }
+    }
+    const int64_t T = int64_t(tseq.size());
+    const std::string nm = "[Hq=" + std::to_string(Hq) + " Hkv=" + std::to_string(Hkv) + " D=" + std::to_string(D) + "]";
+    auto q = rounded(randn(static_cast<size_t>(T * Hq * D), seed++), DType::bf16);
+    auto kc = rounded(randn(static_cast<size_t>(n_blocks * bs * Hkv * D), seed++), DType::bf16);
+    auto vc = rounded(randn(static_cast<size_t>(n_blocks * bs * Hkv * D), seed++), DType::bf16);
+    PagedAttnMeta gm;
+    gm.block_size = bs;
+    gm.max_context = max_ctx;
+    gm.token_seq = dev_int(tseq, DType::i32, {T});
+    gm.token_pos = dev_int(tpos, DType::i32, {T});
+    gm.block_table = dev_int(table, DType::i32, {S, max_blocks});
+    Tensor gq = dev(q, DType::bf16, {T, Hq, D});
+    Tensor gkc = dev(kc, DType::bf16, {n_blocks, bs, Hkv, D}), gvc = dev(vc, DType::bf16, {n_blocks, bs, Hkv, D});
+    Tensor go = poisoned(DType::bf16, {T, Hq, D});
+    cuda::attention_paged(bctx, go, gq, gkc, gvc, gm);  // T >= 4 S: the rows kernel
+    bctx.synchronize();
+    const auto got = fetch(go);
+
+    // Each row alone (one row, six sequences in the table: the one-token kernel), same max_context.
+    std::vector<float> alone;
+    for (int64_t t = 0; t < T; ++t) {
+      PagedAttnMeta one = gm;
+      one.token_seq = dev_int(std::vector<int32_t>{tseq[static_cast<size_t>(t)]}, DType::i32, {1});
+      one.token_pos = dev_int(std::vector<int32_t>{tpos[static_cast<size_t>(t)]}, DType::i32, {1});
+      std::vector<float> qt(q.begin() + t * Hq * D, q.begin() + (t + 1) * Hq * D);
+      Tensor gqt = dev(qt, DType::bf16, {1, Hq, D}), got1 = poisoned(DType::bf16, {1, Hq, D});
+      cuda::attention_paged(bctx, got1, gqt, gkc, gvc, one);
+      bctx.synchronize();
+      const auto r = fetch(got1);
+      alone.insert(alone.end(), r.begin(), r.end());
+    }
+    EXPECT_TRUE(close("attention_paged rows kernel against the one-token kernel, bitwise " + nm, got, alone, Tol{0, 0}));
+
+    PagedAttnMeta hm;
+    hm.block_size = bs;
+    hm.max_context = max_ctx;
+    hm.token_seq = host_i32(tseq, {T});
+    hm.token_pos = host_i32(tpos, {T});
+    hm.block_table = host_i32(table, {S, max_blocks});
+    std::vector<float> ref(q.size());
+    Tensor hq = host(q, {T, Hq, D}), ho = host(ref, {T, Hq, D});
+    Tensor hkc = host(kc, {n_blocks, bs, Hkv, D}), hvc = host(vc, {n_blocks, bs, Hkv, D});
+    cpu::attention_paged(cpu_ctx(), ho, hq, hkc, hvc, hm);
+    EXPECT_TRUE(close("attention_paged rows kernel against the CPU " + nm, got, ref, tol_reduce(DType::bf16)));
+  }
+}
+
 #else
 TEST(CudaAttention, NotBuilt) { GTEST_SKIP() << "built without CUDA"; }
 #endif

@@ -8,8 +8,9 @@ namespace grpo::cuda {
 
 // attention_paged for bf16 q/out with bf16 or FP8 E4M3 caches (both the same dtype; FP8 read as
 // the exact values: bit for bit the output over a bf16 cache holding them), head dim 64/128,
-// 4 to 16 query heads per kv head, every query token on its own; returns false (doing nothing)
-// when the shape is not supported.
+// 4 to 16 query heads per kv head (1 to 16 in batch-invariant contexts, which also take runs of
+// rows of one sequence per block: the same bits), every query token computed on its own; returns
+// false (doing nothing) when the shape is not supported.
 bool attention_paged_decode_tc(Context& ctx, Tensor& out, const Tensor& q, const Tensor& k_cache,
                                const Tensor& v_cache, const PagedAttnMeta& meta);
 
