@@ -132,6 +132,13 @@ double SpecStepTimes::predict(double size) const {
   return lo.seconds + std::clamp(t, 0.0, 1.0) * (hi.seconds - lo.seconds);
 }
 
+double SpecStepTimes::marginal() const {
+  if (buckets_.size() < 2) return 0;
+  const Bucket& lo = buckets_.front().second;
+  const Bucket& hi = buckets_.back().second;
+  return hi.size > lo.size ? std::max(0.0, (hi.seconds - lo.seconds) / (hi.size - lo.size)) : 0.0;
+}
+
 SpecAdaptive::SpecAdaptive(int k_max, int probe_every)
     : k_max_(k_max), probe_every_(probe_every), probe_interval_(probe_every), alpha_(size_t(k_max) + 1, 0.8) {}
 
@@ -173,8 +180,10 @@ double SpecAdaptive::relax_seq(double alpha, double prior) {
 // others none, for every k in [1, k_max] and m in [1, B]. With n = m · k drafts the step costs
 //   verify(B + n)              one target forward over every scheduled token (a CUDA-graph
 //                              replay up to 512 rows)
-//   + draft(m) · k             draft round 1 (steady state: one catch-up token) and k − 1
-//                              proposal rounds over the m drafting sequences
+//   + draft(m)·k + (c − m)·δ    draft round 1 and k − 1 proposal rounds over the m drafting
+//                              sequences, plus the catch-up tokens of round 1 past one a
+//                              sequence (c in all: about m while they keep drafting; after plain
+//                              steps, every token the draft missed) at δ = draft.marginal()
 //   + overhead                 the rest of a drafting step (add_overhead)
 // and emits Σ_s E_s(k_s) tokens, against plain decoding's B tokens in plain(B): measured times
 // of the plain engine's whole step at this batch size (a CUDA-graph replay), which is what
@@ -182,7 +191,7 @@ double SpecAdaptive::relax_seq(double alpha, double prior) {
 // and the comparison turns drafting off there even at high acceptance. A plan must beat plain
 // decoding by 2%, so noise in the measurements does not flip a step to a loss.
 std::vector<int> SpecAdaptive::decide(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap,
-                                     int64_t since_spec, Branch* branch) const {
+                                     const std::vector<int>& catch_up, int64_t since_spec, Branch* branch) const {
   const int B = int(alpha.size());
   std::vector<int> ks(size_t(B), 0);
   *branch = Branch::unmeasured;
@@ -233,11 +242,17 @@ std::vector<int> SpecAdaptive::decide(const std::vector<double>& alpha, bool has
   int best_k = 0, best_m = 0;
   for (int k = 1; k <= k_max_; ++k) {
     double e = B;
+    int round1 = 0;  // tokens of draft round 1: the drafting sequences' catch-up
     for (int m = 1; m <= B; ++m) {
-      if (a1[order[size_t(m - 1)]] <= 0) break;  // nothing (or nothing acceptable) to propose from here on
-      e += gain(order[size_t(m - 1)], k);
+      const size_t s = order[size_t(m - 1)];
+      if (a1[s] <= 0) break;  // nothing (or nothing acceptable) to propose from here on
+      e += gain(s, k);
+      round1 += catch_up.empty() ? 1 : std::max(1, catch_up[s]);
       double cost = verify.predict(double(B + m * k)) + overhead_;
-      if (has_draft) cost += k * draft.predict(m);
+      // Round 1 is a proposal round plus the catch-up tokens past one a sequence, priced at the
+      // measured marginal cost of a token (past the largest measured round, predict() would
+      // scale a latency-bound round of a few tokens by its size).
+      if (has_draft) cost += k * draft.predict(m) + (round1 - m) * draft.marginal();
       // A drafting step does a plain step's work and more: measurement noise must not make
       // it look cheaper (it would then "win" with no accepted drafts at all).
       cost = std::max(cost, plain_t);
@@ -259,10 +274,11 @@ std::vector<int> SpecAdaptive::decide(const std::vector<double>& alpha, bool has
   return ks;
 }
 
-std::vector<int> SpecAdaptive::plan(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap) {
+std::vector<int> SpecAdaptive::plan(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap,
+                                   const std::vector<int>& catch_up) {
   ++since_spec_;
   Branch b;
-  std::vector<int> ks = decide(alpha, has_draft, k_cap, since_spec_, &b);
+  std::vector<int> ks = decide(alpha, has_draft, k_cap, catch_up, since_spec_, &b);
   switch (b) {
     case Branch::unmeasured:
       break;
@@ -291,9 +307,10 @@ std::vector<int> SpecAdaptive::plan(const std::vector<double>& alpha, bool has_d
   return ks;
 }
 
-bool SpecAdaptive::may_draft(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap) const {
+bool SpecAdaptive::may_draft(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap,
+                             const std::vector<int>& catch_up) const {
   Branch b;
-  const std::vector<int> ks = decide(alpha, has_draft, k_cap, since_spec_ + 1, &b);
+  const std::vector<int> ks = decide(alpha, has_draft, k_cap, catch_up, since_spec_ + 1, &b);
   return std::any_of(ks.begin(), ks.end(), [](int k) { return k > 0; });
 }
 

@@ -40,7 +40,8 @@
 // per-position acceptance (until measured: 1 + Σ_{j≤k} Π_{i≤j} α_i, the engine-wide EMA
 // by draft position). Step costs are measured wall times, not a model: an EMA per size
 // bucket of plain decode steps (by batch size; CUDA-graph replays), of verify forwards (by
-// tokens) and of draft rounds (by tokens). k = 0 everywhere whenever no plan beats plain
+// tokens) and of draft rounds (by tokens; round 1 of a plan is priced at its sequences'
+// catch-up tokens, which pile up while a sequence does not draft). k = 0 everywhere whenever no plan beats plain
 // decoding by 2%; the engine then runs the step as the plain engine does (Engine::step_plain:
 // no verify pass, no draft forward). The draft model lags behind and catches up lazily:
 // Sequence::draft_computed counts the positions its pool holds, and the next drafting step
@@ -96,6 +97,9 @@ class SpecStepTimes {
   bool measured(double size, int min_samples = 1) const;
   bool empty() const { return buckets_.empty(); }
   double predict(double size) const;
+  // Seconds per unit of size between the smallest and the largest measured bucket (0 with
+  // fewer than two): the marginal cost of more tokens in an otherwise measured step.
+  double marginal() const;
 
  private:
   struct Bucket {
@@ -111,13 +115,16 @@ class SpecAdaptive {
   SpecAdaptive(int k_max, int probe_every);
   // k per decode-ready sequence from its own acceptance EMA (alpha[s] < 0: not measured yet,
   // the engine-wide per-position α is used); k_cap[s] (optional): drafts s can have at most
-  // (prompt lookup: its proposal's length). All zeros = run a plain step. See plan() in
-  // speculative.cpp for the rule.
-  std::vector<int> plan(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap = {});
+  // (prompt lookup: its proposal's length); catch_up[s] (optional, draft model): the tokens
+  // its draft round 1 must run (the committed tokens the draft has not seen; 1 when in step).
+  // All zeros = run a plain step. See plan() in speculative.cpp for the rule.
+  std::vector<int> plan(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap = {},
+                        const std::vector<int>& catch_up = {});
   // Whether plan() with these caps would draft anything this step, without counting the
   // step. Drafts grow with the caps, so caps at their upper bound tell whether proposals
   // (prompt lookup's index upkeep) are worth computing at all.
-  bool may_draft(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap = {}) const;
+  bool may_draft(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap = {},
+                 const std::vector<int>& catch_up = {}) const;
   // Outcome of one verified sequence: it proposed k and the first `accepted` matched.
   void observe(int k, int accepted);
   // A sequence's own acceptance EMA (Sequence::spec_alpha; < 0 = none yet: it starts from
@@ -141,7 +148,7 @@ class SpecAdaptive {
  private:
   enum class Branch { unmeasured, plain, warmup_probe, draft, interval_probe };
   std::vector<int> decide(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap,
-                          int64_t since_spec, Branch* branch) const;
+                          const std::vector<int>& catch_up, int64_t since_spec, Branch* branch) const;
   int k_max_, probe_every_, probe_interval_, warmup_probes_ = 2;
   bool decided_ = false;  // a decision after the warm-up probes was made
   std::vector<double> alpha_;

@@ -349,6 +349,25 @@ TEST(Speculative, AdaptiveSequenceDraftsAgainAfterAStreakOfMisses) {
   EXPECT_LT(idle, 20) << "alpha " << alpha;
 }
 
+// A draft model that missed the tokens of plain steps must run them in round 1 first: the plan
+// counts that catch-up, so drafting that wins for sequences in step with the draft can lose for
+// ones 30 tokens behind.
+TEST(Speculative, AdaptivePlanCountsTheDraftsCatchUp) {
+  SpecAdaptive a(4, 1000);
+  for (int i = 0; i < 3; ++i) {  // plain 1 ms; verify 1 ms up to 40 tokens; a draft round 0.1 ms + 10 µs a token
+    a.plain.add(8, 1e-3);
+    for (int t = 8; t <= 40; t += 4) a.verify.add(t, 1e-3);
+    for (int t = 1; t <= 256; t += 5) a.draft.add(t, 1e-4 + 1e-5 * t);
+  }
+  for (int i = 0; i < 2; ++i) a.plan(std::vector<double>(8, -1.0), true);  // warm-up
+  const std::vector<double> alpha(8, 0.6);
+  // In step: k = 2 emits 8 · (1 + 0.6 + 0.36) = 15.7 tokens for 1 + 0.18 + 0.18 = 1.36 ms (11.5 a ms;
+  // k = 4: 18.4 for 1.72 ms, 10.7 a ms), against 8 a ms plain.
+  for (int v : a.plan(alpha, true, {}, std::vector<int>(8, 1))) EXPECT_EQ(v, 2);
+  // 30 tokens behind: round 1 runs 240 tokens (2.5 ms); no k pays for it.
+  for (int v : a.plan(alpha, true, {}, std::vector<int>(8, 30))) EXPECT_EQ(v, 0);
+}
+
 // The warm-up drafts full k for every sequence of a batch up to 64, and for 64 of a larger
 // one (the best-accepting first), so its cost does not grow with a rollout's batch.
 TEST(Speculative, AdaptiveWarmupDraftsAtMost64Sequences) {
@@ -378,6 +397,8 @@ TEST(SpecStepTimes, InterpolatesBetweenMeasuredSizes) {
   EXPECT_DOUBLE_EQ(t.predict(8), 1.0);
   EXPECT_NEAR(t.predict(36), 2.0, 1e-12);    // halfway between 8 and 64
   EXPECT_NEAR(t.predict(128), 6.0, 1e-12);   // past the largest: proportional to size
+  EXPECT_NEAR(t.marginal(), 2.0 / 56, 1e-12);  // between the smallest and the largest bucket
+  EXPECT_EQ(SpecStepTimes{}.marginal(), 0.0);
   EXPECT_DOUBLE_EQ(t.predict(2), 1.0);       // below the smallest: that bucket's time
 }
 

@@ -582,12 +582,14 @@ void launch_rows(Context& ctx, const DecArgs& a, dim3 grid, int64_t n_rows) {
   CUDA_CHECK(cudaFuncSetAttribute(attn_rows_tc_kernel<D, QG>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   launch_pdl(ctx, attn_rows_tc_kernel<D, QG>, grid, dim3(kThreads), smem, a, n_rows);
 }
-// Groups of 16 mma rows per block: by default four at head dim 64, two at 128 (their
-// accumulators are 32 / 64 registers a thread per group); GRPO_DECODE_ROWS_QG = 1, 2 or 4
-// (at most 2 for head dim 128) overrides it for A/B runs.
+// Groups of 16 mma rows per block: two (their accumulators are 32 / 64 registers a thread
+// per group at head dim 64 / 128). H200, the bitwise trainer's attention over 13,440 rows of
+// Qwen2.5-0.5B (bench_bitwise attn): one token per block 0.861 ms; 1 / 2 / 4 groups 0.824 /
+// 0.706 / 0.798 ms (4 groups: 225 registers, two blocks an SM). GRPO_DECODE_ROWS_QG = 1, 2
+// or 4 (at most 2 at head dim 128) overrides it for A/B runs.
 int rows_groups(int D) {
   static const int forced = int(env_long("GRPO_DECODE_ROWS_QG", 0, 1, 4));
-  const int qg = forced == 1 || forced == 2 || forced == 4 ? forced : D == 64 ? 4 : 2;
+  const int qg = forced == 1 || forced == 2 || forced == 4 ? forced : 2;
   return D == 128 ? std::min(qg, 2) : qg;
 }
 template <int D>
