@@ -122,8 +122,19 @@ double SpecStepTimes::predict(double size) const {
   auto it = std::lower_bound(buckets_.begin(), buckets_.end(), size,
                              [](const std::pair<int, Bucket>& e, double x) { return e.second.size < x; });
   if (it == buckets_.end()) {
+    // Up to twice the largest measured size, the slope of the last two buckets (a step of a
+    // few hundred rows is latency-bound: rows cost little until the GPU fills); past that,
+    // proportional to size from there (never cheaper per token). So a plan may grow into
+    // sizes not yet measured, by at most a doubling, and is measured when it runs.
     const Bucket& last = buckets_.back().second;
-    return last.seconds * std::max(1.0, size / std::max(last.size, 1e-12));
+    const double cap = 2 * std::max(last.size, 1e-12);
+    double slope = last.seconds / std::max(last.size, 1e-12);
+    if (buckets_.size() >= 2) {
+      const Bucket& prev = std::prev(buckets_.end(), 2)->second;
+      slope = std::max(0.0, (last.seconds - prev.seconds) / std::max(last.size - prev.size, 1e-12));
+    }
+    const double at_cap = last.seconds + slope * (cap - last.size);
+    return size <= cap ? last.seconds + slope * (size - last.size) : at_cap * (size / cap);
   }
   if (it == buckets_.begin()) return it->second.seconds;
   const Bucket& lo = std::prev(it)->second;
@@ -132,15 +143,12 @@ double SpecStepTimes::predict(double size) const {
   return lo.seconds + std::clamp(t, 0.0, 1.0) * (hi.seconds - lo.seconds);
 }
 
-double SpecStepTimes::marginal() const {
-  if (buckets_.size() < 2) return 0;
-  const Bucket& lo = buckets_.front().second;
-  const Bucket& hi = buckets_.back().second;
-  return hi.size > lo.size ? std::max(0.0, (hi.seconds - lo.seconds) / (hi.size - lo.size)) : 0.0;
-}
-
 SpecAdaptive::SpecAdaptive(int k_max, int probe_every)
-    : k_max_(k_max), probe_every_(probe_every), probe_interval_(probe_every), alpha_(size_t(k_max) + 1, 0.8) {}
+    : k_max_(k_max),
+      probe_every_(probe_every),
+      probe_interval_(probe_every),
+      alpha_(size_t(k_max) + 1, 0.8),
+      n_obs_(size_t(k_max) + 1, 0) {}
 
 void SpecAdaptive::add_overhead(double seconds) {
   constexpr double kDecay = 0.9;
@@ -149,10 +157,13 @@ void SpecAdaptive::add_overhead(double seconds) {
 }
 
 void SpecAdaptive::observe(int k, int accepted) {
+  // A bias-corrected EMA: the mean of the first 20 observations, then decay 0.95, so the
+  // 0.8 it starts from is gone after the first outcomes (sequences relax toward it).
   constexpr double kDecay = 0.95;
   for (int j = 1; j <= k && j <= accepted + 1; ++j) {
     const double hit = j <= accepted ? 1.0 : 0.0;
-    alpha_[size_t(j)] = kDecay * alpha_[size_t(j)] + (1 - kDecay) * hit;
+    const double w = std::max(1 - kDecay, 1.0 / double(++n_obs_[size_t(j)]));
+    alpha_[size_t(j)] = (1 - w) * alpha_[size_t(j)] + w * hit;
   }
 }
 
@@ -180,10 +191,8 @@ double SpecAdaptive::relax_seq(double alpha, double prior) {
 // others none, for every k in [1, k_max] and m in [1, B]. With n = m · k drafts the step costs
 //   verify(B + n)              one target forward over every scheduled token (a CUDA-graph
 //                              replay up to 512 rows)
-//   + draft(m)·k + (c − m)·δ    draft round 1 and k − 1 proposal rounds over the m drafting
-//                              sequences, plus the catch-up tokens of round 1 past one a
-//                              sequence (c in all: about m while they keep drafting; after plain
-//                              steps, every token the draft missed) at δ = draft.marginal()
+//   + draft(m) · k             draft round 1 (steady state: one catch-up token) and k − 1
+//                              proposal rounds over the m drafting sequences
 //   + overhead                 the rest of a drafting step (add_overhead)
 // and emits Σ_s E_s(k_s) tokens, against plain decoding's B tokens in plain(B): measured times
 // of the plain engine's whole step at this batch size (a CUDA-graph replay), which is what
@@ -191,7 +200,7 @@ double SpecAdaptive::relax_seq(double alpha, double prior) {
 // and the comparison turns drafting off there even at high acceptance. A plan must beat plain
 // decoding by 2%, so noise in the measurements does not flip a step to a loss.
 std::vector<int> SpecAdaptive::decide(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap,
-                                     const std::vector<int>& catch_up, int64_t since_spec, Branch* branch) const {
+                                     int64_t since_spec, Branch* branch) const {
   const int B = int(alpha.size());
   std::vector<int> ks(size_t(B), 0);
   *branch = Branch::unmeasured;
@@ -208,12 +217,13 @@ std::vector<int> SpecAdaptive::decide(const std::vector<double>& alpha, bool has
       if ((ks[by[i]] = std::min(k_probe, cap(by[i]))) > 0) ++n;
     return ks;
   };
-  // The warm-up measures full-k drafting for up to kWarmupSeqs sequences (every sequence of a
-  // rollout-sized batch; at 512 sequences drafting all would cost a verify forward of B·(k + 1)
-  // tokens and a draft model's catch-up of every context: several plain steps' time). A probe
+  // The warm-up measures full-k drafting for up to kWarmupSeqs sequences (drafting all of a
+  // large batch would cost a verify forward of B·(k + 1) tokens and a draft model's catch-up of
+  // every context: several plain steps' time; plans for more sequences grow from there through
+  // SpecStepTimes::predict's doubling, each measured when it runs). A probe
   // while drafting is off re-measures acceptance cheaply: k <= kProbeK drafts for the
   // kProbeSeqs sequences with the best acceptance.
-  constexpr int kWarmupSeqs = 64, kProbeSeqs = 8, kProbeK = 2;
+  constexpr int kWarmupSeqs = 8, kProbeSeqs = 8, kProbeK = 2;
   // Warm-up: two samples of plain decoding at this batch size (a new size is measured by
   // running plain), then two full-k drafting steps (kWarmupSeqs) before the first decision.
   if (!plain.measured(B, 2)) {
@@ -242,17 +252,12 @@ std::vector<int> SpecAdaptive::decide(const std::vector<double>& alpha, bool has
   int best_k = 0, best_m = 0;
   for (int k = 1; k <= k_max_; ++k) {
     double e = B;
-    int round1 = 0;  // tokens of draft round 1: the drafting sequences' catch-up
     for (int m = 1; m <= B; ++m) {
       const size_t s = order[size_t(m - 1)];
       if (a1[s] <= 0) break;  // nothing (or nothing acceptable) to propose from here on
       e += gain(s, k);
-      round1 += catch_up.empty() ? 1 : std::max(1, catch_up[s]);
       double cost = verify.predict(double(B + m * k)) + overhead_;
-      // Round 1 is a proposal round plus the catch-up tokens past one a sequence, priced at the
-      // measured marginal cost of a token (past the largest measured round, predict() would
-      // scale a latency-bound round of a few tokens by its size).
-      if (has_draft) cost += k * draft.predict(m) + (round1 - m) * draft.marginal();
+      if (has_draft) cost += k * draft.predict(m);
       // A drafting step does a plain step's work and more: measurement noise must not make
       // it look cheaper (it would then "win" with no accepted drafts at all).
       cost = std::max(cost, plain_t);
@@ -274,11 +279,10 @@ std::vector<int> SpecAdaptive::decide(const std::vector<double>& alpha, bool has
   return ks;
 }
 
-std::vector<int> SpecAdaptive::plan(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap,
-                                   const std::vector<int>& catch_up) {
+std::vector<int> SpecAdaptive::plan(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap) {
   ++since_spec_;
   Branch b;
-  std::vector<int> ks = decide(alpha, has_draft, k_cap, catch_up, since_spec_, &b);
+  std::vector<int> ks = decide(alpha, has_draft, k_cap, since_spec_, &b);
   switch (b) {
     case Branch::unmeasured:
       break;
@@ -307,10 +311,9 @@ std::vector<int> SpecAdaptive::plan(const std::vector<double>& alpha, bool has_d
   return ks;
 }
 
-bool SpecAdaptive::may_draft(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap,
-                             const std::vector<int>& catch_up) const {
+bool SpecAdaptive::may_draft(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap) const {
   Branch b;
-  const std::vector<int> ks = decide(alpha, has_draft, k_cap, catch_up, since_spec_ + 1, &b);
+  const std::vector<int> ks = decide(alpha, has_draft, k_cap, since_spec_ + 1, &b);
   return std::any_of(ks.begin(), ks.end(), [](int k) { return k > 0; });
 }
 

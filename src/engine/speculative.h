@@ -40,15 +40,14 @@
 // per-position acceptance (until measured: 1 + Σ_{j≤k} Π_{i≤j} α_i, the engine-wide EMA
 // by draft position). Step costs are measured wall times, not a model: an EMA per size
 // bucket of plain decode steps (by batch size; CUDA-graph replays), of verify forwards (by
-// tokens) and of draft rounds (by tokens; round 1 of a plan is priced at its sequences'
-// catch-up tokens, which pile up while a sequence does not draft). k = 0 everywhere whenever no plan beats plain
+// tokens) and of draft rounds (by tokens). k = 0 everywhere whenever no plan beats plain
 // decoding by 2%; the engine then runs the step as the plain engine does (Engine::step_plain:
 // no verify pass, no draft forward). The draft model lags behind and catches up lazily:
 // Sequence::draft_computed counts the positions its pool holds, and the next drafting step
 // runs the missing tokens through the draft in one batched prefill (round 1). While a
 // sequence does not draft, its α_s relaxes toward the engine-wide α (10% a step), so a
 // streak of misses does not keep it from drafting for the rest of its life. The warm-up
-// (two steps after plain decoding is measured) drafts full k for up to 64 sequences. While off,
+// (two steps after plain decoding is measured) drafts full k for up to 8 sequences. While off,
 // a probe step (k ≤ 2 for the 8 sequences of best acceptance) re-measures α and the
 // verify cost; the probe interval starts at probe_every (2·probe_every when the first
 // decision after the warm-up is plain) and quadruples after every probe that does not make
@@ -88,8 +87,9 @@ Result<std::unique_ptr<ModelWeights>> spec_load_draft(const SpeculativeOptions& 
 
 // Measured wall time of one kind of step, by size (batch size or tokens): an EMA of size and
 // seconds per bucket of four per octave. predict() is piecewise linear through the buckets'
-// points; past the largest it scales that bucket's time by size (never cheaper per token),
-// below the smallest it keeps that bucket's time.
+// points; past the largest, up to twice its size, it follows the last two buckets' slope, and
+// beyond that scales by size (never cheaper per token); below the smallest it keeps that
+// bucket's time.
 class SpecStepTimes {
  public:
   void add(double size, double seconds);
@@ -97,9 +97,6 @@ class SpecStepTimes {
   bool measured(double size, int min_samples = 1) const;
   bool empty() const { return buckets_.empty(); }
   double predict(double size) const;
-  // Seconds per unit of size between the smallest and the largest measured bucket (0 with
-  // fewer than two): the marginal cost of more tokens in an otherwise measured step.
-  double marginal() const;
 
  private:
   struct Bucket {
@@ -115,16 +112,13 @@ class SpecAdaptive {
   SpecAdaptive(int k_max, int probe_every);
   // k per decode-ready sequence from its own acceptance EMA (alpha[s] < 0: not measured yet,
   // the engine-wide per-position α is used); k_cap[s] (optional): drafts s can have at most
-  // (prompt lookup: its proposal's length); catch_up[s] (optional, draft model): the tokens
-  // its draft round 1 must run (the committed tokens the draft has not seen; 1 when in step).
-  // All zeros = run a plain step. See plan() in speculative.cpp for the rule.
-  std::vector<int> plan(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap = {},
-                        const std::vector<int>& catch_up = {});
+  // (prompt lookup: its proposal's length). All zeros = run a plain step. See plan() in
+  // speculative.cpp for the rule.
+  std::vector<int> plan(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap = {});
   // Whether plan() with these caps would draft anything this step, without counting the
   // step. Drafts grow with the caps, so caps at their upper bound tell whether proposals
   // (prompt lookup's index upkeep) are worth computing at all.
-  bool may_draft(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap = {},
-                 const std::vector<int>& catch_up = {}) const;
+  bool may_draft(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap = {}) const;
   // Outcome of one verified sequence: it proposed k and the first `accepted` matched.
   void observe(int k, int accepted);
   // A sequence's own acceptance EMA (Sequence::spec_alpha; < 0 = none yet: it starts from
@@ -148,10 +142,11 @@ class SpecAdaptive {
  private:
   enum class Branch { unmeasured, plain, warmup_probe, draft, interval_probe };
   std::vector<int> decide(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap,
-                          const std::vector<int>& catch_up, int64_t since_spec, Branch* branch) const;
+                          int64_t since_spec, Branch* branch) const;
   int k_max_, probe_every_, probe_interval_, warmup_probes_ = 2;
   bool decided_ = false;  // a decision after the warm-up probes was made
   std::vector<double> alpha_;
+  std::vector<int64_t> n_obs_;  // observations behind each alpha_ (bias-corrected EMA)
   int64_t since_spec_ = 0;
   double overhead_ = 0;
   bool overhead_seen_ = false;

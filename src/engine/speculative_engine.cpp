@@ -24,7 +24,6 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
   std::vector<Sequence*> ready;                 // decode-ready, in running order
   std::vector<double> ready_alpha;
   std::vector<int> ready_cap;                   // drafts each could have at most
-  std::vector<int> ready_catch;                 // draft model: tokens its round 1 must run
   std::vector<std::vector<int32_t>> ready_prop; // n-gram proposals
   for (Sequence* s : scheduler_->running()) {
     pending += s->n_total() - s->n_computed;
@@ -37,7 +36,6 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
                         s->max_total - s->n_total() - 1});
     if (draft_ && s->n_total() - s->draft_computed + cap > draft_->max_round_tokens()) cap = 0;
     ready_cap.push_back(std::max(0, cap));
-    if (draft_) ready_catch.push_back(s->n_total() - s->draft_computed);
   }
   if (so.method == SpecMethod::ngram) {
     // Prompt lookup: a proposal caps its sequence's k at its length. While the adaptive plan
@@ -54,8 +52,7 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
   }
   int spare_tokens = opt_.max_num_batched_tokens - pending;
   int draft_tokens = draft_ ? draft_->max_round_tokens() : 0;
-  std::vector<int> k_plan = so.adaptive ? adapt_->plan(ready_alpha, draft_ != nullptr, ready_cap, ready_catch)
-                                           : ready_cap;
+  std::vector<int> k_plan = so.adaptive ? adapt_->plan(ready_alpha, draft_ != nullptr, ready_cap) : ready_cap;
   std::vector<Sequence*> planned;
   for (size_t i = 0; i < ready.size(); ++i) {
     Sequence* s = ready[i];

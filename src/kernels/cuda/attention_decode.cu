@@ -115,6 +115,51 @@ __device__ __forceinline__ void load_kv_tile(__nv_bfloat16* Ks, __nv_bfloat16* V
   }
 }
 
+// The four warps' softmax states of one 16-row mma group merged in warp order at the end of a
+// partition: each row's l summed over its four lanes; per row the max M of the warps' maxima and
+// L = Σ_w l_w · 2^(m_w − M) in warp order (into sM, sL); each warp's acc rescaled to M into
+// red[(warp · stride + r) · D ..] for rows r < n_rows. Ends with a barrier: red is complete.
+template <int D>
+__device__ __forceinline__ void merge_warps(float (&m)[2], float (&l)[2], float (&acc)[D / 8][4], float* wm,
+                                            float* wl, float* sM, float* sL, float* red, int stride, int n_rows,
+                                            int warp, int tid, int g, int t4) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+  }
+  if (t4 == 0) {
+    wm[warp * 16 + g] = m[0];
+    wm[warp * 16 + g + 8] = m[1];
+    wl[warp * 16 + g] = l[0];
+    wl[warp * 16 + g + 8] = l[1];
+  }
+  __syncthreads();
+  if (tid < 16) {
+    float M = -INFINITY;
+    for (int w = 0; w < 4; ++w) M = fmaxf(M, wm[w * 16 + tid]);
+    float L = 0.f;
+    for (int w = 0; w < 4; ++w) {
+      const float mw = wm[w * 16 + tid];
+      L += mw == -INFINITY ? 0.f : wl[w * 16 + tid] * exp2f(mw - M);
+    }
+    sM[tid] = M;
+    sL[tid] = L;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = g + 8 * i;
+    if (r >= n_rows) continue;
+    const float sc = m[i] == -INFINITY ? 0.f : exp2f(m[i] - sM[r]);
+    float* dst = red + (warp * stride + r) * D + 2 * t4;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j)
+      *reinterpret_cast<float2*>(dst + j * 8) = make_float2(acc[j][2 * i] * sc, acc[j][2 * i + 1] * sc);
+  }
+  __syncthreads();
+}
+
 // F8: the K/V tiles are FP8 in the ring (16-byte copies of 16 elements); a warp widens its 16
 // keys of the tile (exactly) into its rows of the bf16 tiles `wide` just before its products
 // (no block barrier: no other warp reads those rows), so its mma operands, and with them the
@@ -277,41 +322,7 @@ __global__ void __launch_bounds__(kThreads) attn_decode_tc_kernel(DecArgs a) {
     if (ck < kend) continue;
 
     // Partition cp is complete: merge the four warps in warp order and write.
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-      l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-    }
-    if (t4 == 0) {
-      wm[warp * 16 + g] = m[0];
-      wm[warp * 16 + g + 8] = m[1];
-      wl[warp * 16 + g] = l[0];
-      wl[warp * 16 + g + 8] = l[1];
-    }
-    __syncthreads();
-    if (tid < 16) {
-      float M = -INFINITY;
-      for (int w = 0; w < 4; ++w) M = fmaxf(M, wm[w * 16 + tid]);
-      float L = 0.f;
-      for (int w = 0; w < 4; ++w) {
-        const float mw = wm[w * 16 + tid];
-        L += mw == -INFINITY ? 0.f : wl[w * 16 + tid] * exp2f(mw - M);
-      }
-      sM[tid] = M;
-      sL[tid] = L;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int r = g + 8 * i;
-      if (r >= G) continue;
-      const float sc = m[i] == -INFINITY ? 0.f : exp2f(m[i] - sM[r]);
-      float* dst = red + (warp * G + r) * D + 2 * t4;
-#pragma unroll
-      for (int j = 0; j < D / 8; ++j)
-        *reinterpret_cast<float2*>(dst + j * 8) = make_float2(acc[j][2 * i] * sc, acc[j][2 * i + 1] * sc);
-    }
-    __syncthreads();
+    merge_warps<D>(m, l, acc, wm, wl, sM, sL, red, G, G, warp, tid, g, t4);
     for (int e = tid; e < G * D; e += kThreads) {
       const int r = e / D, d = e % D;
       const float A = ((red[r * D + d] + red[(G + r) * D + d]) + red[(2 * G + r) * D + d]) + red[(3 * G + r) * D + d];
@@ -512,41 +523,7 @@ __global__ void __launch_bounds__(kThreads) attn_rows_tc_kernel(DecArgs a, int64
       // attn_decode_tc_kernel), then each row with keys in it writes.
 #pragma unroll
       for (int q = 0; q < QG; ++q) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          l[q][i] += __shfl_xor_sync(0xffffffffu, l[q][i], 1);
-          l[q][i] += __shfl_xor_sync(0xffffffffu, l[q][i], 2);
-        }
-        if (t4 == 0) {
-          wm[warp * 16 + g] = m[q][0];
-          wm[warp * 16 + g + 8] = m[q][1];
-          wl[warp * 16 + g] = l[q][0];
-          wl[warp * 16 + g + 8] = l[q][1];
-        }
-        __syncthreads();
-        if (tid < 16) {
-          float M = -INFINITY;
-          for (int w = 0; w < 4; ++w) M = fmaxf(M, wm[w * 16 + tid]);
-          float L = 0.f;
-          for (int w = 0; w < 4; ++w) {
-            const float mw = wm[w * 16 + tid];
-            L += mw == -INFINITY ? 0.f : wl[w * 16 + tid] * exp2f(mw - M);
-          }
-          sM[tid] = M;
-          sL[tid] = L;
-        }
-        __syncthreads();
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const int r = g + 8 * i;
-          if (r >= GR) continue;
-          const float sc = m[q][i] == -INFINITY ? 0.f : exp2f(m[q][i] - sM[r]);
-          float* dst = red + (warp * 16 + r) * D + 2 * t4;
-#pragma unroll
-          for (int j = 0; j < D / 8; ++j)
-            *reinterpret_cast<float2*>(dst + j * 8) = make_float2(acc[q][j][2 * i] * sc, acc[q][j][2 * i + 1] * sc);
-        }
-        __syncthreads();
+        merge_warps<D>(m[q], l[q], acc[q], wm, wl, sM, sL, red, 16, GR, warp, tid, g, t4);
         for (int e = tid; e < GR * D; e += kThreads) {
           const int r = e / D, d = e % D, j = q * TPG + r / G;
           if (j >= n) break;  // rows ascend with e: the group's remaining rows are padding
