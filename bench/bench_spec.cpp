@@ -11,12 +11,16 @@
 // Lengths are forced (ignore_eos, min_tokens = max_tokens), so random weights do real work.
 // Each case runs plain first, then speculative, on fresh engines with identical options but
 // [engine.speculative]; the first generate of each engine is a warm-up (graph capture,
-// allocator) and is not timed. Prints tokens/s of both, the ratio and the acceptance rate;
-// --json writes bench/results-style JSON.
+// allocator) and is not timed. With --repeat R the plain run and every proposer's run are
+// repeated R times in turn (plain, proposers, plain, ...) and the run of median tokens/s of
+// each is reported, so that drift of the machine between runs falls on both sides.
+// Prints tokens/s of both, the ratio and the acceptance rate; --json writes
+// bench/results-style JSON.
 //
 // CPU smoke (ctest bench_spec_smoke): --llama2c BIN TOK converts stories260K first.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -27,6 +31,7 @@
 
 #include "bench_util.h"
 #include "cli/engine_flags.h"
+#include "core/log.h"
 #include "core/timer.h"
 #include "engine/engine.h"
 #include "model/checkpoint.h"
@@ -94,6 +99,20 @@ std::vector<std::string> gsm8k_questions(const std::string& path, size_t n) {
   return qs;
 }
 
+// The run of median tokens/s (the upper median of an even count).
+const Timed* median_run(const std::vector<Timed>& runs) {
+  std::vector<const Timed*> by;
+  for (const Timed& t : runs) by.push_back(&t);
+  std::sort(by.begin(), by.end(), [](const Timed* a, const Timed* b) { return a->tokens / a->seconds < b->tokens / b->seconds; });
+  return by[by.size() / 2];
+}
+
+std::vector<double> rates(const std::vector<Timed>& runs) {
+  std::vector<double> r;
+  for (const Timed& t : runs) r.push_back(t.tokens / t.seconds);
+  return r;
+}
+
 std::vector<int> parse_list(const std::string& s) {
   std::vector<int> v;
   std::stringstream ss(s);
@@ -109,7 +128,7 @@ int main(int argc, char** argv) {
   CLI::App app{"bench_spec: plain vs speculative decoding with the engine of grpo generate"};
   std::string model, llama2c_bin, llama2c_tok, gsm8k = std::string(GRPO_SHARED_DIR) + "/data/gsm8k/test.jsonl";
   std::string device = "cpu", dtype_s, json_path, sizes_s = "1,8,64", grpo_s = "8x8", drafts_s = "self,ngram,layerskip,random";
-  int new_tokens = 128, layerskip = 0, k = 4;
+  int new_tokens = 128, layerskip = 0, k = 4, repeat = 1;
   float temperature = 1.f;
   bool adaptive = true;
   app.add_option("--model", model, "HF model directory (the target)");
@@ -126,10 +145,16 @@ int main(int argc, char** argv) {
   app.add_option("--draft-k", k, "drafts per step at most")->capture_default_str();
   app.add_option("--temperature", temperature, "sampling temperature (0: greedy)")->capture_default_str();
   app.add_flag("!--fixed-k", adaptive, "draft k every step (no adaptive k)");
+  app.add_option("--repeat", repeat, "runs of each case, alternating; the median is reported")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 99));
   app.add_option("--json", json_path, "write the results here");
+  bool trace = false;
+  app.add_flag("--trace", trace, "log every drafting step's sizes and times (debug log)");
   EngineConfig ecfg;
   cli::add_engine_flags(&app, &ecfg);
   CLI11_PARSE(app, argc, argv);
+  if (trace) log_set_level(LogLevel::debug);
   auto fail = [](const std::string& m) {
     std::fprintf(stderr, "bench_spec: %s\n", m.c_str());
     return 1;
@@ -220,26 +245,43 @@ int main(int argc, char** argv) {
     if (!peo.ok()) return fail(peo.status().message());
     EngineOptions plain_eo = peo.value();
     plain_eo.max_num_seqs = std::max(plain_eo.max_num_seqs, B * G);
-    auto plain = time_generate(ctx, w, tok.get(), plain_eo, nullptr, prompts, sp);
-    if (!plain.ok()) return fail(plain.status().message());
+    // Engine options of every proposer (the same memory budget as plain decoding's).
+    std::vector<EngineOptions> spec_eos;
+    std::vector<const ModelWeights*> spec_ws;
     for (const std::string& d : drafts) {
       EngineConfig c = pc;
       c.speculative.method = d == "ngram" ? SpecMethod::ngram : SpecMethod::draft;
       c.speculative.num_speculative_tokens = k;
       c.speculative.adaptive = adaptive;
       if (d != "ngram") c.speculative.draft_model = d == "model" ? draft_dir : "bench_spec:" + d;  // loaded here
-      const ModelWeights* dw = d == "self"        ? &w
-                               : d == "layerskip" ? &skip
-                               : d == "random"    ? &rnd
-                               : d == "model"     ? &trained_draft
-                                                  : nullptr;
+      spec_ws.push_back(d == "self"        ? &w
+                        : d == "layerskip" ? &skip
+                        : d == "random"    ? &rnd
+                        : d == "model"     ? &trained_draft
+                                           : nullptr);
       auto eo = cli::engine_flags_options(c, co.device, w, &rnd, dt, std::max(64, B * G));
       if (!eo.ok()) return fail(eo.status().message());
       EngineOptions seo = eo.value();
       seo.max_num_seqs = plain_eo.max_num_seqs;
       seo.kv_cache_bytes = plain_eo.kv_cache_bytes;
-      auto spec = time_generate(ctx, w, tok.get(), seo, dw, prompts, sp);
-      if (!spec.ok()) return fail(spec.status().message());
+      spec_eos.push_back(seo);
+    }
+    std::vector<Timed> plain_runs;
+    std::vector<std::vector<Timed>> spec_runs(drafts.size());
+    for (int rep = 0; rep < repeat; ++rep) {
+      auto plain = time_generate(ctx, w, tok.get(), plain_eo, nullptr, prompts, sp);
+      if (!plain.ok()) return fail(plain.status().message());
+      plain_runs.push_back(plain.value());
+      for (size_t di = 0; di < drafts.size(); ++di) {
+        auto spec = time_generate(ctx, w, tok.get(), spec_eos[di], spec_ws[di], prompts, sp);
+        if (!spec.ok()) return fail(spec.status().message());
+        spec_runs[di].push_back(spec.value());
+      }
+    }
+    const Timed* plain = median_run(plain_runs);
+    for (size_t di = 0; di < drafts.size(); ++di) {
+      const std::string& d = drafts[di];
+      const Timed* spec = median_run(spec_runs[di]);
       const double tp = plain->tokens / plain->seconds, ts = spec->tokens / spec->seconds;
       const double acc = spec->proposed ? double(spec->accepted) / double(spec->proposed) : 0.0;
       std::printf("%-10s %6d %6d %12.1f %12.1f %7.3f %10.3f %6lld/%-7lld\n", d.c_str(), B, G, tp, ts, ts / tp, acc,
@@ -254,6 +296,7 @@ int main(int argc, char** argv) {
                       {"acceptance", acc}, {"proposed", spec->proposed}, {"accepted", spec->accepted},
                       {"plain_steps", plain->steps}, {"spec_steps", spec->steps},
                       {"spec_drafting_steps", spec->drafting_steps},
+                      {"plain_tokens_per_s_runs", rates(plain_runs)}, {"spec_tokens_per_s_runs", rates(spec_runs[di])},
                       {"plan_ms", {{"plain", spec->plain_ms}, {"verify", spec->verify_ms}, {"draft_round", spec->draft_ms},
                                    {"drafting_step_rest", spec->overhead_ms}}}});
     }

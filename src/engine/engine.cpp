@@ -105,6 +105,7 @@ Engine::Engine(Context& ctx, ModelWeights& w, const Tokenizer* tok, EngineOption
     const Status ok = spec_check_draft(w.config, draft->config, max_model_len_);
     GRPO_CHECK_MSG(ok.ok(), ok.message().c_str());
     draft_ = std::make_unique<SpecDraft>(ctx_, *draft, opt_, geo);
+    adapt_->set_draft_read_ratio(spec_draft_read_ratio(w.config, draft->config));
     draft_->times = &adapt_->draft;
   }
   if (tandem) {

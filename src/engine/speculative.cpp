@@ -224,6 +224,10 @@ std::vector<int> SpecAdaptive::decide(const std::vector<double>& alpha, bool has
   // while drafting is off re-measures acceptance cheaply: k <= kProbeK drafts for the
   // kProbeSeqs sequences with the best acceptance.
   constexpr int kWarmupSeqs = 8, kProbeSeqs = 8, kProbeK = 2;
+  if (has_draft && !draft_can_pay()) {
+    *branch = Branch::plain;
+    return ks;
+  }
   // Warm-up: two samples of plain decoding at this batch size (a new size is measured by
   // running plain), then two full-k drafting steps (kWarmupSeqs) before the first decision.
   if (!plain.measured(B, 2)) {
@@ -279,6 +283,19 @@ std::vector<int> SpecAdaptive::decide(const std::vector<double>& alpha, bool has
   return ks;
 }
 
+bool SpecAdaptive::draft_can_pay() const {
+  const double best = double(k_max_ + 1) / (1.0 + double(k_max_) * draft_ratio_);  // increasing in k
+  return best >= 1.05;
+}
+
+double spec_draft_read_ratio(const ModelConfig& target, const ModelConfig& draft) {
+  auto read = [](const ModelConfig& c) {
+    const double embed = c.tie_word_embeddings ? 0.0 : double(c.vocab_size) * double(c.hidden_size);
+    return std::max(1.0, double(c.n_params()) - embed);
+  };
+  return read(draft) / read(target);
+}
+
 std::vector<int> SpecAdaptive::plan(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap) {
   ++since_spec_;
   Branch b;
@@ -311,10 +328,10 @@ std::vector<int> SpecAdaptive::plan(const std::vector<double>& alpha, bool has_d
   return ks;
 }
 
-bool SpecAdaptive::may_draft(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap) const {
+std::vector<int> SpecAdaptive::preview(const std::vector<double>& alpha, bool has_draft,
+                                      const std::vector<int>& k_cap) const {
   Branch b;
-  const std::vector<int> ks = decide(alpha, has_draft, k_cap, since_spec_ + 1, &b);
-  return std::any_of(ks.begin(), ks.end(), [](int k) { return k > 0; });
+  return decide(alpha, has_draft, k_cap, since_spec_ + 1, &b);
 }
 
 // ---- draft runner ----

@@ -115,10 +115,10 @@ class SpecAdaptive {
   // (prompt lookup: its proposal's length). All zeros = run a plain step. See plan() in
   // speculative.cpp for the rule.
   std::vector<int> plan(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap = {});
-  // Whether plan() with these caps would draft anything this step, without counting the
-  // step. Drafts grow with the caps, so caps at their upper bound tell whether proposals
-  // (prompt lookup's index upkeep) are worth computing at all.
-  bool may_draft(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap = {}) const;
+  // What plan() with these caps would return this step, without counting the step. With
+  // caps at their upper bound it tells which sequences' proposals are worth computing at all
+  // (prompt lookup: its index upkeep), all zeros when none is.
+  std::vector<int> preview(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap = {}) const;
   // Outcome of one verified sequence: it proposed k and the first `accepted` matched.
   void observe(int k, int accepted);
   // A sequence's own acceptance EMA (Sequence::spec_alpha; < 0 = none yet: it starts from
@@ -138,6 +138,13 @@ class SpecAdaptive {
   double overhead() const { return overhead_; }
   double alpha(int pos) const { return alpha_[size_t(pos)]; }
   int probe_interval() const { return probe_interval_; }
+  // The draft model's weights read per decoded token over the target's (spec_draft_read_ratio),
+  // a lower bound on a draft round's cost in plain decode steps: a verify forward costs at least
+  // a plain step, so k drafts emit at best k + 1 tokens for 1 + k·ratio steps. When that bound
+  // is below 1.05 for every k, drafting cannot pay even at full acceptance and the engine never
+  // drafts: no warm-up, no probes (a draft as large as the target).
+  void set_draft_read_ratio(double ratio) { draft_ratio_ = ratio; }
+  bool draft_can_pay() const;
 
  private:
   enum class Branch { unmeasured, plain, warmup_probe, draft, interval_probe };
@@ -150,7 +157,12 @@ class SpecAdaptive {
   int64_t since_spec_ = 0;
   double overhead_ = 0;
   bool overhead_seen_ = false;
+  double draft_ratio_ = 0;
 };
+
+// Bytes of weights a decode token reads in `draft` over those in `target` (parameters less an
+// untied input embedding, of which a token reads one row).
+double spec_draft_read_ratio(const ModelConfig& target, const ModelConfig& draft);
 
 class Tokenizer;
 

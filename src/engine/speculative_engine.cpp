@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "core/check.h"
+#include "core/log.h"
 #include "core/timer.h"
 #include "engine/engine.h"
 
@@ -38,13 +39,15 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
     ready_cap.push_back(std::max(0, cap));
   }
   if (so.method == SpecMethod::ngram) {
-    // Prompt lookup: a proposal caps its sequence's k at its length. While the adaptive plan
-    // would not draft even with full proposals, none is computed (the index catches up on
-    // the tokens it missed when drafting resumes), so plain steps cost what plain ones do.
-    const bool propose = !so.adaptive || adapt_->may_draft(ready_alpha, false, ready_cap);
+    // Prompt lookup: a proposal caps its sequence's k at its length. Proposals are computed
+    // only for the sequences the adaptive plan would let draft with full-length proposals
+    // (none while it would not draft at all, the 8 of a probe), so plain steps cost what
+    // plain ones do and a probe does not bring every sequence's index up to date (the index
+    // catches up on the tokens it missed when its sequence drafts).
+    const std::vector<int> wants = so.adaptive ? adapt_->preview(ready_alpha, false, ready_cap) : ready_cap;
     for (size_t i = 0; i < ready.size(); ++i) {
       Sequence* s = ready[i];
-      ready_prop.push_back(propose && ready_cap[i] > 0
+      ready_prop.push_back(wants[i] > 0 && ready_cap[i] > 0
                                ? s->ngram.propose(s->tokens, so.ngram_min, so.ngram_max, ready_cap[i])
                                : std::vector<int32_t>{});
       ready_cap[i] = int(ready_prop.back().size());
@@ -54,6 +57,7 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
   int draft_tokens = draft_ ? draft_->max_round_tokens() : 0;
   std::vector<int> k_plan = so.adaptive ? adapt_->plan(ready_alpha, draft_ != nullptr, ready_cap) : ready_cap;
   std::vector<Sequence*> planned;
+  int catch_up_tokens = 0;  // the draft's round-1 tokens and later rounds' (the debug log)
   for (size_t i = 0; i < ready.size(); ++i) {
     Sequence* s = ready[i];
     int k = std::min({k_plan[i], ready_cap[i], spare_tokens});
@@ -69,6 +73,7 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
     spare_blocks -= blocks_->blocks_for(s->n_total() + k) - held;
     spare_tokens -= k;
     if (draft_) draft_tokens -= catch_up + k;
+    catch_up_tokens += draft_ ? catch_up + k : 0;
     if (so.method == SpecMethod::ngram) s->tokens.insert(s->tokens.end(), ready_prop[i].begin(), ready_prop[i].begin() + k);
     else s->tokens.insert(s->tokens.end(), size_t(k), 0);
     s->n_spec = k;
@@ -255,7 +260,14 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
   }
   GRPO_CHECK(r == sampled.size());
   if (any_spec) ++stats_.spec_steps;
-  adapt_->add_overhead(std::max(0.0, now_seconds() - t_step - t_verify - (draft_ ? draft_->round_seconds : 0.0)));
+  const double t_total = now_seconds() - t_step, t_draft = draft_ ? draft_->round_seconds : 0.0;
+  adapt_->add_overhead(std::max(0.0, t_total - t_verify - t_draft));
+  if (log_level() <= LogLevel::debug) {
+    GRPO_LOG_DEBUG("speculative step: %zu ready, %zu drafting, %d catch-up + draft tokens, %d verified rows; "
+                   "draft %.3f ms, verify %.3f ms, step %.3f ms",
+                   ready.size(), planned.size(), catch_up_tokens, out.n_tokens, 1e3 * t_draft, 1e3 * t_verify,
+                   1e3 * t_total);
+  }
   return done;
 }
 

@@ -384,6 +384,49 @@ TEST(Speculative, AdaptiveWarmupDraftsAtMost8Sequences) {
   }
 }
 
+// A draft that reads as many weight bytes per token as the target cannot pay even when every
+// draft is accepted (a verify forward costs at least a plain step): no warm-up, no probes, and
+// the engine runs plain steps only. A draft of 0.9 of the target could in principle (k = 4:
+// 5 tokens for 4.6 steps) and is tried.
+TEST(Speculative, DraftAsLargeAsTheTargetNeverDrafts) {
+  const ModelConfig& target = stories().w.config;
+  EXPECT_DOUBLE_EQ(spec_draft_read_ratio(target, target), 1.0);
+  EXPECT_LT(spec_draft_read_ratio(target, random_draft().config), 0.9);
+  // The ratio counts a tied embedding once (it is the LM head) and leaves an untied input
+  // embedding out (a token reads one row of it).
+  ModelConfig untied = target;
+  untied.tie_word_embeddings = !target.tie_word_embeddings;
+  const double diff = double(target.vocab_size) * double(target.hidden_size);
+  const double n = double(target.n_params()), nu = double(untied.n_params());
+  EXPECT_NEAR(spec_draft_read_ratio(target, untied),
+              (untied.tie_word_embeddings ? nu : nu - diff) / (target.tie_word_embeddings ? n : n - diff), 1e-12);
+  for (double ratio : {1.0, 0.9}) {
+    SpecAdaptive a(4, 8);
+    a.set_draft_read_ratio(ratio);
+    for (int i = 0; i < 2; ++i) a.plain.add(8, 1e-3);
+    const std::vector<double> alpha(8, 1.0);
+    int drafting_steps = 0;
+    for (int step = 0; step < 300; ++step) {
+      const std::vector<int> k = a.plan(alpha, true);
+      drafting_steps += std::any_of(k.begin(), k.end(), [](int v) { return v > 0; });
+    }
+    if (ratio == 1.0) {
+      EXPECT_FALSE(a.draft_can_pay());
+      EXPECT_EQ(drafting_steps, 0);
+    } else {
+      EXPECT_TRUE(a.draft_can_pay());
+      EXPECT_GT(drafting_steps, 0);
+    }
+  }
+  // The engine: the target as its own draft, adaptive: outputs of plain decoding, no drafting step.
+  const SamplingParams p = params(0.f, 60, 3);
+  const SpecRun plain = run(opts(), p);
+  const SpecRun self = run(spec(opts(), SpecMethod::draft, 4, /*adaptive=*/true), p, &stories().w);
+  expect_same(plain, self, "adaptive self draft");
+  EXPECT_EQ(self.stats.spec_steps, 0);
+  EXPECT_EQ(self.stats.spec_proposed, 0);
+}
+
 TEST(SpecStepTimes, InterpolatesBetweenMeasuredSizes) {
   SpecStepTimes t;
   for (int i = 0; i < 2; ++i) {
@@ -466,7 +509,7 @@ TEST(Speculative, TokenEventsAndAbort) {
 
 // While drafting loses, probes are small (k <= 2 for the 8 sequences of best acceptance),
 // their spacing grows fourfold after each lost probe (twofold after the lost warm-up), and
-// may_draft predicts plan() without counting the step.
+// preview predicts plan() without counting the step.
 TEST(Speculative, AdaptiveProbesAreSmallAndGrowApart) {
   const int B = 64;
   SpecAdaptive a(4, 8);
@@ -480,10 +523,10 @@ TEST(Speculative, AdaptiveProbesAreSmallAndGrowApart) {
   for (int i = 0; i < 200; ++i) a.observe(4, 0);
   std::vector<int> probe_steps;
   for (int step = 0; step < 400; ++step) {
-    const bool predicted = a.may_draft(alpha, false);
+    const std::vector<int> predicted = a.preview(alpha, false);
     const std::vector<int> k = a.plan(alpha, false);
     const int drafting = int(std::count_if(k.begin(), k.end(), [](int v) { return v > 0; }));
-    EXPECT_EQ(predicted, drafting > 0) << "step " << step;
+    EXPECT_EQ(predicted, k) << "step " << step;
     if (step < 2) {  // warm-up probes: 8 sequences at full k
       EXPECT_EQ(drafting, 8);
       continue;

@@ -80,7 +80,7 @@ TEST(TrainConfig, PrintConfigShowsOverrides) {
 
 TEST(TrainConfig, ExampleConfigsParse) {
   for (const char* name : {"default.toml", "gsm8k-qwen2.5.toml", "bench-qwen2.5-0.5b.toml", "bench-qwen3-0.6b.toml",
-                           "inference-aware.toml", "gsm8k-curriculum-qwen2.5.toml",
+                           "bench-llama-3.2-1b.toml", "inference-aware.toml", "gsm8k-curriculum-qwen2.5.toml",
                            "tandem.toml", "gsm8k-tandem-qwen2.5.toml"}) {
     const std::string p = std::string(GRPO_SOURCE_DIR) + "/examples/" + name;
     auto text = read_file(p);

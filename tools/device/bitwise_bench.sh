@@ -6,7 +6,9 @@
 # bench/results/bitwise_step-<preset>.json (the default mode as the peer; DESIGN.md section 6).
 # Binaries from build-static/ (tools/device/pack.sh grpo bench_grpo; .carry/bin.tar.xz); the
 # Qwen2 tokenizer from .carry/shared or ../shared.
-# Usage: bash tools/device/bitwise_bench.sh          (PRESETS="qwen2.5-0.5b qwen3-0.6b" STEPS=4)
+# Usage: bash tools/device/bitwise_bench.sh          (PRESETS="qwen2.5-0.5b qwen3-0.6b llama-3.2-1b" STEPS=4)
+# (the Llama preset with the Qwen2 tokenizer and its vocabulary of 151,936: the Llama 3 tokenizer
+# under shared/data has no tokenizer.json for init-model to ship; the architecture is Llama's)
 set -uo pipefail
 B=${BUILD:-build-static}
 STEPS=${STEPS:-4}
@@ -16,11 +18,13 @@ TOK=.carry/shared/tokenizers/qwen2
 OUT=${OUT:-/tmp/bitwise_bench}
 mkdir -p bench/results "$OUT" runs/models
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-for preset in ${PRESETS:-qwen2.5-0.5b qwen3-0.6b}; do
+for preset in ${PRESETS:-qwen2.5-0.5b qwen3-0.6b llama-3.2-1b}; do
   cfg=examples/bench-$preset.toml
   model=runs/models/bench-$preset
   echo "=== $preset"
-  [ -f $model/config.json ] || $B/grpo init-model --preset $preset --out $model --tokenizer-dir $TOK || exit 1
+  vocab=""
+  case $preset in llama*) vocab="--vocab-size 151936" ;; esac
+  [ -f $model/config.json ] || $B/grpo init-model --preset $preset --out $model --tokenizer-dir $TOK $vocab || exit 1
   for mode in default bitwise; do
     timeout -k 5 ${BENCH_TIMEOUT:-200} $B/bench_grpo --config $cfg --steps $STEPS --set train.on_policy=$mode --out-dir "$OUT" \
       > "$OUT/$preset-$mode.log" 2>&1

@@ -8,7 +8,8 @@
 #      greedy makes the bounds meaningful (at T = 1 a random model's near-uniform p and q
 #      overlap almost fully, so any draft is "accepted");
 #   2. the GRPO shape at T = 1: 64 prompts x G = 8 (512 sequences), 128 new tokens.
-# Each line: plain tok/s, speculative tok/s, ratio, acceptance, drafting steps / steps of the speculative run. Runtime about 2-4 minutes.
+# Each line: plain tok/s, speculative tok/s, ratio, acceptance, drafting steps / steps of the speculative run
+# (the median of REPEAT = 3 alternating runs of each). Runtime about 6-10 minutes.
 # Binaries from build-static (tools/device/pack.sh grpo bench_spec grpo_tests_kernels; carry [".carry"]);
 # the CUDA parity tests of spec_verify and the sampler run first when grpo_tests_kernels is there.
 # Results: bench/results/spec-*.json, logs under $OUT.
@@ -31,11 +32,11 @@ if [ -x $B/grpo_tests_kernels ]; then
 fi
 model=runs/models/bench-qwen2.5-0.5b
 [ -f $model/config.json ] || $B/grpo init-model --preset qwen2.5-0.5b --out $model --tokenizer-dir $TOK || exit 1
-common="--model $model --device cuda --gsm8k $GSM --new ${NEW:-128} --layers 6 --draft-k ${K:-4}"
+common="--model $model --device cuda --gsm8k $GSM --new ${NEW:-128} --layers 6 --draft-k ${K:-4} --repeat ${REPEAT:-3}"
 echo "=== greedy, 1 / 8 / 64 sequences"
-timeout 200 $B/bench_spec $common --sizes 1,8,64 --grpo "" --temperature 0 \
+timeout 400 $B/bench_spec $common --sizes 1,8,64 --grpo "" --temperature 0 \
   --json bench/results/spec-qwen2.5-0.5b-greedy.json 2>&1 | tee "$OUT/logs/spec-greedy.log" | tail -14
 echo "=== GRPO shape 64 x 8, T = 1"
-timeout 200 $B/bench_spec $common --sizes "" --grpo ${GRPO:-64x8} --temperature 1 \
+timeout 400 $B/bench_spec $common --sizes "" --grpo ${GRPO:-64x8} --temperature 1 \
   --json bench/results/spec-qwen2.5-0.5b-grpo.json 2>&1 | tee "$OUT/logs/spec-grpo.log" | tail -6
 cp bench/results/spec-*.json "$OUT/" 2>/dev/null

@@ -9,6 +9,7 @@
 // CUBLAS_COMPUTE_32F as well, which never uses TF32.
 // linear_swiglu_forward (gate/up projection + SwiGLU) runs linear_wgmma_swiglu where
 // linear_forward would have used linear_wgmma, else linear_forward + swiglu_forward.
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -48,9 +49,18 @@ uint32_t alignment_of(const void* p) {
 }
 
 // Heuristic results are cached per problem (pure function of the key on one device).
+// The last field: the query was for this exact m (else for m's bucket, bucket_rows).
 using AlgoKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, int, int, int, uint32_t,
-                           uint32_t, uint32_t, size_t, int>;
+                           uint32_t, uint32_t, size_t, int, bool>;
 std::mutex g_algo_mu;
+
+// The top of m's bucket, four buckets per octave: 65..80 -> 80, 513..640 -> 640, 16384 -> 16384.
+int64_t bucket_rows(int64_t m) {
+  int p = 0;
+  while ((int64_t(1) << (p + 1)) < m) ++p;  // 2^p < m <= 2^(p+1)
+  const int64_t step = std::max<int64_t>(1, (int64_t(1) << p) / 4);
+  return (m + step - 1) / step * step;
+}
 std::map<AlgoKey, cublasLtMatmulAlgo_t> g_algo_cache;
 
 template <class T>
@@ -132,16 +142,27 @@ void gemm(Context& ctx, void* D, DType dt_d, int64_t ldd, const void* A, int64_t
 
   const uint32_t al_a = alignment_of(B), al_b = alignment_of(A), al_d = alignment_of(D);
   const bool det = ctx.deterministic();
-  AlgoKey key{m, n, k, lda, ldb, ldd, int(trans_a), int(trans_b), int(dt_ab), int(dt_d), bias != nullptr, int(det),
-              al_a, al_b, al_d, ws.lt_bytes, beta != 0.f};
-  cublasLtMatmulAlgo_t algo;
-  bool found = false;
-  {
-    std::lock_guard<std::mutex> lk(g_algo_mu);
-    auto it = g_algo_cache.find(key);
-    if (it != g_algo_cache.end()) { algo = it->second; found = true; }
-  }
-  if (!found) {
+  // The heuristic is asked once per bucket of m (four per octave above 64, at the bucket's
+  // top), not per m: token counts of prefill chunks and speculative catch-ups vary every step,
+  // and each new m cost a heuristic query plus, often, the lazy load of another cuBLAS kernel
+  // (about a millisecond a GEMM). Where the bucket's algorithm does not run this problem
+  // (cublasLtMatmulAlgoCheck), the exact m is asked. Either way the algorithm is a function of
+  // the problem alone, so results stay run-to-run identical. Only m of a non-transposed A:
+  // there its leading dimension does not bound m.
+  const int64_t m_bucket = !trans_a && m > 64 ? bucket_rows(m) : m;
+  auto choose = [&](int64_t mq, bool exact) {
+    AlgoKey key{mq, n, k, lda, ldb, ldd, int(trans_a), int(trans_b), int(dt_ab), int(dt_d), bias != nullptr, int(det),
+                al_a, al_b, al_d, ws.lt_bytes, beta != 0.f, exact};
+    {
+      std::lock_guard<std::mutex> lk(g_algo_mu);
+      auto it = g_algo_cache.find(key);
+      if (it != g_algo_cache.end()) return it->second;
+    }
+    cublasLtMatrixLayout_t lbq = lb, ldq = ld;
+    if (mq != m) {
+      CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lbq, tab, uint64_t(k), uint64_t(mq), lda));
+      CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ldq, td, uint64_t(n), uint64_t(mq), ldd));
+    }
     cublasLtMatmulPreference_t pref = nullptr;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     uint64_t wsb = ws.lt_bytes;
@@ -152,11 +173,15 @@ void gemm(Context& ctx, void* D, DType dt_d, int64_t ldd, const void* A, int64_t
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
     cublasLtMatmulHeuristicResult_t res[8];
     int n_res = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 8, res, &n_res));
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lbq, ldq, ldq, pref, 8, res, &n_res));
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    if (mq != m) {
+      cublasLtMatrixLayoutDestroy(lbq);
+      cublasLtMatrixLayoutDestroy(ldq);
+    }
     if (n_res <= 0) {
       std::fprintf(stderr, "gemm: no cuBLASLt algorithm for m=%lld n=%lld k=%lld lda=%lld ldb=%lld ldd=%lld ta=%d tb=%d\n",
-                   (long long)m, (long long)n, (long long)k, (long long)lda, (long long)ldb, (long long)ldd,
+                   (long long)mq, (long long)n, (long long)k, (long long)lda, (long long)ldb, (long long)ldd,
                    int(trans_a), int(trans_b));
       GRPO_CHECK_MSG(false, "cuBLASLt heuristic found no algorithm");
     }
@@ -173,9 +198,16 @@ void gemm(Context& ctx, void* D, DType dt_d, int64_t ldd, const void* A, int64_t
         }
       }
     }
-    algo = res[pick].algo;
     std::lock_guard<std::mutex> lk(g_algo_mu);
-    g_algo_cache[key] = algo;
+    g_algo_cache[key] = res[pick].algo;
+    return res[pick].algo;
+  };
+  cublasLtMatmulAlgo_t algo = choose(m_bucket, m_bucket == m);
+  if (m_bucket != m) {
+    cublasLtMatmulHeuristicResult_t chk{};
+    if (cublasLtMatmulAlgoCheck(lt, op, la, lb, ld, ld, &algo, &chk) != CUBLAS_STATUS_SUCCESS ||
+        chk.workspaceSize > ws.lt_bytes)
+      algo = choose(m, true);
   }
   CUBLAS_CHECK(cublasLtMatmul(lt, op, &alpha, B, la, A, lb, &beta, D, ld, D, ld, &algo, ws.lt, ws.lt_bytes,
                               stream_of(ctx)));
