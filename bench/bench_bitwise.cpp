@@ -19,6 +19,7 @@ int main() {
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <random>
 #include <string>
@@ -71,11 +72,16 @@ int main(int argc, char** argv) {
   const int64_t S = 21, L = 640, M = S * L, C = 896, Hq = 14, Hk = 2, D = 64, V = 151936;
   std::printf("bench_bitwise: Qwen2.5-0.5B shapes, %lld rows (%lld sequences of %lld)\n", (long long)M, (long long)S,
               (long long)L);
-  struct G { const char* name; int64_t N, K; bool acc; };
+  struct G { const char* name; int64_t N, K; bool acc; bool qwen25; };
   double tot_def = 0, tot_bi = 0;
+  // Qwen2.5-0.5B's four (summed below), then Qwen3-0.6B's and Llama-3.2-1B's at the same rows.
   if (want("gemm"))
-  for (const G& g : {G{"qkv", 1152, 896, false}, G{"o", 896, 896, true}, G{"gate_up", 9728, 896, false},
-                     G{"down", 896, 4864, true}}) {
+  for (const G& g : {G{"qkv", 1152, 896, false, true}, G{"o", 896, 896, true, true}, G{"gate_up", 9728, 896, false, true},
+                     G{"down", 896, 4864, true, true}, G{"q3.qkv", 4096, 1024, false, false},
+                     G{"q3.o", 1024, 2048, true, false}, G{"q3.gu", 6144, 1024, false, false},
+                     G{"q3.down", 1024, 3072, true, false}, G{"l1.qkv", 3072, 2048, false, false},
+                     G{"l1.o", 2048, 2048, true, false}, G{"l1.gu", 16384, 2048, false, false},
+                     G{"l1.down", 2048, 8192, true, false}}) {
     Tensor x = randt(DType::bf16, {M, g.K}, 1), w = randt(DType::bf16, {g.N, g.K}, 2, 0.03f);
     Tensor out = randt(DType::bf16, {M, g.N}, 3);
     const double td = time_ms(def, [&] { linear_forward(def, out, x, w, nullptr, g.acc); });
@@ -83,19 +89,24 @@ int main(int argc, char** argv) {
     const double fl = 2.0 * double(M) * double(g.N) * double(g.K);
     std::printf("gemm %-8s cuBLASLt %.3f ms (%.0f TFLOP/s)  bitwise %.3f ms (%.0f)  ratio %.2fx\n", g.name, td,
                 fl / td / 1e9, tb, fl / tb / 1e9, tb / td);
-    // Tile width and ring depth (neither changes a bit): nt 256 runs the cluster split.
+    // Warpgroups, tile width and ring depth (none changes a bit; 0 = the default): one
+    // warpgroup per block over 64-row slices, or two sharing each weight chunk (persistent grid;
+    // with split > 1 the serial split, nt <= 128).
     const cuda::WgmmaGemmConfig h = cuda::wgmma_gemm_config(g.N, g.K);
     std::printf("    sweep:");
-    for (int nt : {64, 128, 256})
-      for (int stages : {0, 3, 6, 8}) {
-        if (nt == 256 && stages > 5) continue;
-        const double t =
-            time_ms(bi, [&] { cuda::linear_wgmma_rows(bi, out, x, w, nullptr, g.acc, {nt, h.split, stages}); });
-        std::printf(" nt%d/s%d %.3f", nt, stages, t);
-      }
+    struct P { int wg, nt, stages; };
+    for (const P& p : {P{1, 64, 3}, P{1, 128, 3}, P{1, 128, 6}, P{2, 64, 0}, P{2, 128, 0}, P{2, 128, 4}, P{2, 256, 0},
+                       P{2, 256, 3}}) {
+      if (p.wg == 2 && p.nt == 256 && h.split > 1) continue;
+      const double t = time_ms(
+          bi, [&] { cuda::linear_wgmma_rows(bi, out, x, w, nullptr, g.acc, {p.nt, h.split, p.stages, p.wg}); });
+      std::printf(" wg%d/nt%d/s%d %.3f", p.wg, p.nt, p.stages, t);
+    }
     std::printf("\n");
-    tot_def += td * 24;
-    tot_bi += tb * 24;
+    if (g.qwen25) {
+      tot_def += td * 24;
+      tot_bi += tb * 24;
+    }
   }
   if (want("attn")) {  // attention over S sequences of L tokens
     Tensor q = randt(DType::bf16, {M, Hq, D}, 4), k = randt(DType::bf16, {M, Hk, D}, 5), v = randt(DType::bf16, {M, Hk, D}, 6);
@@ -125,12 +136,22 @@ int main(int argc, char** argv) {
     Tensor vc = tensor_empty(Device::cuda, DType::bf16, {S * nbs, bs, Hk, D});
     const double td = time_ms(def, [&] { attention_forward(def, out, &lse, q, k, v, vl); });
     const double tw = time_ms(bi, [&] { kv_cache_write(bi, kc, vc, k, v, pm); });
-    const double tp = time_ms(bi, [&] { attention_paged(bi, out, q, kc, vc, pm); });
-    std::printf("attn packed (default) %.3f ms  bitwise: cache write %.3f + paged %.3f + packed for lse %.3f = %.3f ms "
-                "(%.2fx)\n",
-                td, tw, tp, td, tw + tp + td, (tw + tp + td) / td);
+    const double tp = time_ms(bi, [&] { attention_paged(bi, out, q, kc, vc, pm, &lse); });
+    // lse against the packed kernel's (the backward reads it; not part of the logprobs).
+    std::vector<float> lb(size_t(Hq * M)), ld(size_t(Hq * M));
+    attention_paged(bi, out, q, kc, vc, pm, &lse);
+    bi.synchronize();
+    cudaMemcpy(lb.data(), lse.data, lb.size() * sizeof(float), cudaMemcpyDeviceToHost);
+    attention_forward(def, out, &lse, q, k, v, vl);
+    def.synchronize();
+    cudaMemcpy(ld.data(), lse.data, ld.size() * sizeof(float), cudaMemcpyDeviceToHost);
+    double dmax = 0;
+    for (size_t i = 0; i < lb.size(); ++i) dmax = std::max(dmax, double(std::fabs(lb[i] - ld[i])));
+    std::printf("attn packed (default) %.3f ms  bitwise: cache write %.3f + paged with lse %.3f = %.3f ms (%.2fx); "
+                "lse max |paged - packed| %.2e\n",
+                td, tw, tp, tw + tp, (tw + tp) / td, dmax);
     tot_def += td * 24;
-    tot_bi += (tw + tp + td) * 24;
+    tot_bi += (tw + tp) * 24;
   }
   if (want("logprob")) {  // LM head + logprob over the completion rows
     const int64_t R = S * 512;

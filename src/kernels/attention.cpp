@@ -95,7 +95,7 @@ void kv_cache_write(Context& ctx, Tensor& k_cache, Tensor& v_cache, const Tensor
 }
 
 void attention_paged(Context& ctx, Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                     const PagedAttnMeta& meta) {
+                     const PagedAttnMeta& meta, Tensor* lse) {
   GRPO_CHECK_ACT(ctx, q);
   GRPO_CHECK_ACT(ctx, out);
   GRPO_CHECK_MSG(q.ndim == 3 && out.numel() == q.numel() && out.dtype == q.dtype, "attention_paged: q, out (T,Hq,D)");
@@ -110,7 +110,11 @@ void attention_paged(Context& ctx, Tensor& out, const Tensor& q, const Tensor& k
       GRPO_CHECK_MSG(p >= 0 && p / meta.block_size < max_blocks, "attention_paged: token_pos beyond the block table");
     }
   }
-  GRPO_DISPATCH(ctx, attention_paged, ctx, out, q, k_cache, v_cache, meta);
+  if (lse) {
+    GRPO_CHECK_F32(ctx, *lse);
+    GRPO_CHECK_SHAPE2(*lse, q.shape[1], q.shape[0]);
+  }
+  GRPO_DISPATCH(ctx, attention_paged, ctx, out, q, k_cache, v_cache, meta, lse);
 }
 
 }  // namespace grpo

@@ -57,9 +57,10 @@ struct PagedAttnMeta {
   /* writes k, v (T,Hkv,D) into k_cache, v_cache (n_blocks, block_size, Hkv, D) at slot_mapping */ \
   void kv_cache_write(Context& ctx, Tensor& k_cache, Tensor& v_cache, const Tensor& k,          \
                       const Tensor& v, const PagedAttnMeta& meta);                               \
-  /* out (T,Hq,D) from q (T,Hq,D) against the cache (after kv_cache_write of this step) */       \
+  /* out (T,Hq,D) from q (T,Hq,D) against the cache (after kv_cache_write of this step); lse   \
+     (Hq,T) f32 optional: each row's log-sum-exp of its scaled scores, as attention_forward's */ \
   void attention_paged(Context& ctx, Tensor& out, const Tensor& q, const Tensor& k_cache,        \
-                       const Tensor& v_cache, const PagedAttnMeta& meta);
+                       const Tensor& v_cache, const PagedAttnMeta& meta, Tensor* lse = nullptr);
 
 namespace grpo { GRPO_ATTENTION_OPS }
 namespace grpo::cpu { GRPO_ATTENTION_OPS }

@@ -105,7 +105,7 @@ struct TrainState {
   // engine's paged cache, so that attention runs the engine's per-token kernels.
   bool paged = false;
   PagedAttnMeta paged_meta;              // blocks of kPagedBlock positions, per sequence in order
-  Buf k_cache, v_cache, attn_tmp;
+  Buf k_cache, v_cache;
   int paged_meta_blocks = 0;
   bool kept = false;                     // the last forward kept activations
   const void* kept_weights = nullptr;
@@ -273,7 +273,7 @@ void layer_forward(Context& ctx, TrainState& st, const LoraWeights* lw, const Mo
     // Bitwise on-policy on CUDA: the engine's own per-layer step over this batch laid out as
     // its paged cache: the fused rope (+ q/k norm) kernel writes q and the cache rows, and the
     // per-token paged attention reads them, so every row is computed as the rollout computed
-    // it. The backward's log-sum-exp comes from the packed kernel (not part of the logprobs).
+    // it. The same kernel writes the log-sum-exp the backward reads.
     const Device dev = ctx.device();
     const int64_t nb = st.paged_meta_blocks;
     Tensor kc = st.k_cache.get(dev, a.k.dtype, {nb, kPagedBlock, Hk, D});
@@ -284,9 +284,7 @@ void layer_forward(Context& ctx, TrainState& st, const LoraWeights* lw, const Mo
       qk_norm_rope_cache_write(ctx, a.q, qkv, L.q_norm, L.k_norm, eps, b.positions, rope.cos, rope.sin, kc, vc, pm);
     else
       rope_qkv_cache_write(ctx, a.q, qkv, b.positions, rope.cos, rope.sin, kc, vc, pm);
-    attention_paged(ctx, a.attn, a.q, kc, vc, pm);
-    Tensor packed = st.attn_tmp.get(dev, a.attn.dtype, {T, Hq, D});
-    attention_forward(ctx, packed, &a.lse, a.q, a.k, a.v, layer_attn(c, b, l));
+    attention_paged(ctx, a.attn, a.q, kc, vc, pm, &a.lse);
   } else {
     attention_forward(ctx, a.attn, &a.lse, a.q, a.k, a.v, layer_attn(c, b, l));
   }

@@ -157,10 +157,11 @@ TEST_P(AttentionPaged, EqualsVarlenForPrefillChunksAndDecode) {
   const std::vector<int> lens = {11, 6};
   const std::vector<int32_t> cu = {0, 11, 17};
   Qkv a = make_qkv(17, 4, 2, 8, 31);
-  std::vector<float> ref(a.q.size());
-  Tensor tref = host(ref, {a.T, a.Hq, a.D});
-  attention_forward(ctx, tref, nullptr, host(a.q, {a.T, a.Hq, a.D}), host(a.k, {a.T, a.Hkv, a.D}),
+  std::vector<float> ref(a.q.size()), ref_lse(size_t(a.Hq * a.T));
+  Tensor tref = host(ref, {a.T, a.Hq, a.D}), tref_lse = host(ref_lse, {a.Hq, a.T});
+  attention_forward(ctx, tref, &tref_lse, host(a.q, {a.T, a.Hq, a.D}), host(a.k, {a.T, a.Hkv, a.D}),
                     host(a.v, {a.T, a.Hkv, a.D}), varlen(cu, window));
+  std::vector<float> got_lse(ref_lse.size(), 0.f);
 
   const int bs = 4;
   Paged pg = make_paged(lens, bs);
@@ -196,13 +197,16 @@ TEST_P(AttentionPaged, EqualsVarlenForPrefillChunksAndDecode) {
     m.window = window;
     for (int32_t p : pos) m.max_context = std::max(m.max_context, p + 1);
     kv_cache_write(ctx, tkc, tvc, host(k, {n, a.Hkv, a.D}), host(v, {n, a.Hkv, a.D}), m);
-    std::vector<float> out(q.size());
-    Tensor tout = host(out, {n, a.Hq, a.D});
-    attention_paged(ctx, tout, host(q, {n, a.Hq, a.D}), tkc, tvc, m);
-    for (int64_t i = 0; i < n; ++i)
+    std::vector<float> out(q.size()), lse(size_t(a.Hq * n));
+    Tensor tout = host(out, {n, a.Hq, a.D}), tlse = host(lse, {a.Hq, n});
+    attention_paged(ctx, tout, host(q, {n, a.Hq, a.D}), tkc, tvc, m, &tlse);
+    for (int64_t i = 0; i < n; ++i) {
       std::copy(out.begin() + i * a.Hq * a.D, out.begin() + (i + 1) * a.Hq * a.D, got.begin() + rows[size_t(i)] * a.Hq * a.D);
+      for (int64_t h = 0; h < a.Hq; ++h) got_lse[size_t(h * a.T + rows[size_t(i)])] = lse[size_t(h * n + i)];
+    }
   }
   EXPECT_TRUE(all_close("paged vs varlen", got, ref, 1e-6, 1e-5));
+  EXPECT_TRUE(all_close("paged vs varlen, log-sum-exp", got_lse, ref_lse, 1e-6, 1e-5));
   // the cache holds k at the mapped slot: sequence 1, position 5
   const int32_t s15 = pg.slot(1, 5);
   for (int64_t e = 0; e < a.Hkv * a.D; ++e)

@@ -392,21 +392,32 @@ TEST(CudaAttention, PagedRowsBitwiseEqualOneTokenKernel) {
     cuda::attention_paged(bctx, go, gq, gkc, gvc, gm);  // T >= 4 S: the rows kernel
     bctx.synchronize();
     const auto got = fetch(go);
+    // With the log-sum-exp requested (the bitwise trainer's call): the same outputs.
+    Tensor go_l = poisoned(DType::bf16, {T, Hq, D}), glse = poisoned(DType::f32, {Hq, T});
+    cuda::attention_paged(bctx, go_l, gq, gkc, gvc, gm, &glse);
+    bctx.synchronize();
+    EXPECT_TRUE(close("attention_paged rows kernel with lse, outputs " + nm, fetch(go_l), got, Tol{0, 0}));
+    const auto got_lse = fetch(glse);
 
     // Each row alone (one row, six sequences in the table: the one-token kernel), same max_context.
-    std::vector<float> alone;
+    std::vector<float> alone, alone_lse(static_cast<size_t>(Hq * T));
     for (int64_t t = 0; t < T; ++t) {
       PagedAttnMeta one = gm;
       one.token_seq = dev_int(std::vector<int32_t>{tseq[static_cast<size_t>(t)]}, DType::i32, {1});
       one.token_pos = dev_int(std::vector<int32_t>{tpos[static_cast<size_t>(t)]}, DType::i32, {1});
       std::vector<float> qt(q.begin() + t * Hq * D, q.begin() + (t + 1) * Hq * D);
       Tensor gqt = dev(qt, DType::bf16, {1, Hq, D}), got1 = poisoned(DType::bf16, {1, Hq, D});
-      cuda::attention_paged(bctx, got1, gqt, gkc, gvc, one);
+      Tensor l1 = poisoned(DType::f32, {Hq, 1});
+      cuda::attention_paged(bctx, got1, gqt, gkc, gvc, one, &l1);
       bctx.synchronize();
       const auto r = fetch(got1);
       alone.insert(alone.end(), r.begin(), r.end());
+      const auto rl = fetch(l1);
+      for (int64_t h = 0; h < Hq; ++h) alone_lse[static_cast<size_t>(h * T + t)] = rl[static_cast<size_t>(h)];
     }
     EXPECT_TRUE(close("attention_paged rows kernel against the one-token kernel, bitwise " + nm, got, alone, Tol{0, 0}));
+    EXPECT_TRUE(close("attention_paged lse, rows kernel against the one-token kernel, bitwise " + nm, got_lse, alone_lse,
+                      Tol{0, 0}));
 
     PagedAttnMeta hm;
     hm.block_size = bs;
@@ -417,8 +428,18 @@ TEST(CudaAttention, PagedRowsBitwiseEqualOneTokenKernel) {
     std::vector<float> ref(q.size());
     Tensor hq = host(q, {T, Hq, D}), ho = host(ref, {T, Hq, D});
     Tensor hkc = host(kc, {n_blocks, bs, Hkv, D}), hvc = host(vc, {n_blocks, bs, Hkv, D});
-    cpu::attention_paged(cpu_ctx(), ho, hq, hkc, hvc, hm);
+    std::vector<float> ref_lse(static_cast<size_t>(Hq * T));
+    Tensor hl = host(ref_lse, {Hq, T});
+    cpu::attention_paged(cpu_ctx(), ho, hq, hkc, hvc, hm, &hl);
     EXPECT_TRUE(close("attention_paged rows kernel against the CPU " + nm, got, ref, tol_reduce(DType::bf16)));
+    // lse against the CPU's (f32 sums of the bf16 scores: a few f32 ulps of a value ~log(context)).
+    EXPECT_TRUE(close("attention_paged lse against the CPU " + nm, got_lse, ref_lse, Tol{1e-5, 1e-5}));
+    // The default context's kernels (the tensor-core decode kernel for G >= 4, else the
+    // CUDA-core paged kernel), one partition or several: the same lse within f32 rounding.
+    Tensor gd = poisoned(DType::bf16, {T, Hq, D}), gdl = poisoned(DType::f32, {Hq, T});
+    cuda::attention_paged(gpu_ctx(), gd, gq, gkc, gvc, gm, &gdl);
+    EXPECT_TRUE(close("attention_paged lse (default context) against the CPU " + nm, fetch(gdl), ref_lse,
+                      Tol{1e-5, 1e-5}));
   }
 }
 

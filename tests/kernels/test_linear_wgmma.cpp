@@ -187,7 +187,9 @@ TEST(CudaLinearWgmma, GraphReplay) {
 // alpha in f32 (within f32 rounding of the reference) and is M-invariant too.
 TEST(CudaLinearWgmma, RowsAndF32AreBatchInvariant) {
   GRPO_SKIP_WITHOUT_WGMMA();
-  const int64_t kM = 203;  // three full 64-row slices and a partial one
+  // Four full 64-row slices and a partial one; two full 128-row slices and a partial one whose
+  // second warpgroup has no rows.
+  const int64_t kM = 300;
   uint32_t seed = 900;
   for (const Case& c : kCases) {
     seed += 10;
@@ -203,16 +205,22 @@ TEST(CudaLinearWgmma, RowsAndF32AreBatchInvariant) {
       if (!c.accumulate) return poisoned(DType::bf16, {r1 - r0, c.N});
       return dev(std::vector<float>(old.begin() + r0 * c.N, old.begin() + r1 * c.N), DType::bf16, {r1 - r0, c.N});
     };
-    Tensor all = out_for(0, kM);
-    ASSERT_TRUE(cuda::linear_wgmma_rows(gpu_ctx(), all, gx, gw, bias, c.accumulate)) << case_name(c, kM);
-    const std::vector<float> got = fetch(all);
-    // Against decode-sized calls of row ranges that straddle the 64-row slices.
-    for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 1}, {5, 12}, {60, 70}, {130, 194}, {190, 203}}) {
-      Tensor o = out_for(r0, r1);
-      ASSERT_TRUE(cuda::linear_wgmma(gpu_ctx(), o, gx.slice0(r0, r1), gw, bias, c.accumulate));
-      const std::vector<float> part = fetch(o);
-      EXPECT_TRUE(bitwise_equal(part, std::vector<float>(got.begin() + r0 * c.N, got.begin() + r1 * c.N), part.size()))
-          << "rows " << r0 << ".." << r1 << " differ from linear_wgmma: " << case_name(c, kM);
+    // One warpgroup per 64-row slice, and two per 128-row slice (the default from 256 rows;
+    // with nt 64 and 256, which a split > 1 turns back into one warpgroup).
+    for (const cuda::WgmmaGemmConfig g : {cuda::WgmmaGemmConfig{0, 0, 0, 1}, cuda::WgmmaGemmConfig{},
+                                          cuda::WgmmaGemmConfig{64, 0, 0, 2}, cuda::WgmmaGemmConfig{256, 0, 0, 2}}) {
+      const std::string name = case_name(c, kM) + cfg_name(g) + " wg=" + std::to_string(g.wg);
+      Tensor all = out_for(0, kM);
+      ASSERT_TRUE(cuda::linear_wgmma_rows(gpu_ctx(), all, gx, gw, bias, c.accumulate, g)) << name;
+      const std::vector<float> got = fetch(all);
+      // Against decode-sized calls of row ranges that straddle the 64- and 128-row slices.
+      for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 1}, {5, 12}, {60, 70}, {120, 136}, {130, 194}, {250, 300}}) {
+        Tensor o = out_for(r0, r1);
+        ASSERT_TRUE(cuda::linear_wgmma(gpu_ctx(), o, gx.slice0(r0, r1), gw, bias, c.accumulate));
+        const std::vector<float> part = fetch(o);
+        EXPECT_TRUE(bitwise_equal(part, std::vector<float>(got.begin() + r0 * c.N, got.begin() + r1 * c.N), part.size()))
+            << "rows " << r0 << ".." << r1 << " differ from linear_wgmma: " << name;
+      }
     }
     if (c.bias != Bias::none || c.accumulate) continue;
     // f32 output, alpha = 1/0.7 (a sampling temperature), against the CPU reference and M-invariant.

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "kernels/linear.h"
 #include "model/checkpoint.h"
 #include "train/advantages.h"
 #include "train/train_step.h"
@@ -111,6 +112,41 @@ TEST(TrainCuda, MatchesCpuInF32AndBf16) {
       }
     }
   }
+}
+
+// train.on_policy = "bitwise" on CUDA: the trainer's forward runs the engine's kernels (the
+// batch-invariant GEMM, the paged attention that also writes the log-sum-exp the backward
+// reads); its logprobs and gradients agree with the CPU reference (and so with PyTorch) to
+// bf16 precision, as the default mode's do. A wrong log-sum-exp would scale every attention
+// gradient. Needs an sm_90 GPU.
+TEST(TrainCuda, BitwiseModeMatchesCpuInBf16) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  ContextOptions go;
+  go.device = Device::cuda;
+  go.deterministic = go.batch_invariant = true;
+  Context gctx(go);
+  const std::string why = batch_invariant_gemm_problem(gctx, DType::bf16);
+  if (!why.empty()) GTEST_SKIP() << why;
+  const Fixture f = load_fixture(kDir);
+  ASSERT_FALSE(f.dlogp.empty()) << "missing " << kDir << ": run tools/ref/make_grpo_fixtures.py";
+  Context cctx;
+  auto wc = model_load(kDir, Device::cpu, DType::f32);
+  ASSERT_TRUE(wc.ok()) << wc.status().message();
+  std::vector<float> lp_c, g_c;
+  run_model(cctx, *wc, f, false, &lp_c, &g_c);
+  auto wg = model_load(kDir, Device::cuda, DType::bf16, &gctx);
+  ASSERT_TRUE(wg.ok()) << wg.status().message();
+  std::vector<float> lp_g, g_g;
+  run_model(gctx, *wg, f, false, &lp_g, &g_g);
+  expect_close(lp_g.data(), lp_c.data(), int64_t(lp_c.size()), 0.1, 0.02, "bitwise bf16 logp");
+  double dot = 0, nc = 0, ng = 0;
+  for (size_t i = 0; i < g_c.size(); ++i) {
+    dot += double(g_c[i]) * g_g[i];
+    nc += double(g_c[i]) * g_c[i];
+    ng += double(g_g[i]) * g_g[i];
+  }
+  EXPECT_GT(dot / std::sqrt(nc * ng), 0.99) << "bitwise bf16 gradient cosine";
+  EXPECT_NEAR(std::sqrt(ng / nc), 1.0, 0.05) << "bitwise bf16 gradient norm ratio";
 }
 
 TEST(TrainCuda, Bf16StepWritesRoundedMaster) {

@@ -183,7 +183,7 @@ void kv_cache_write(Context& ctx, Tensor& k_cache, Tensor& v_cache, const Tensor
 }
 
 void attention_paged(Context& ctx, Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                     const PagedAttnMeta& meta) {
+                     const PagedAttnMeta& meta, Tensor* lse) {
   const int64_t T = q.shape[0], Hq = q.shape[1], D = q.shape[2];
   const int64_t bs = k_cache.shape[1], Hkv = k_cache.shape[2], G = Hq / Hkv;
   const int64_t max_blocks = meta.block_table.shape[1];
@@ -194,6 +194,7 @@ void attention_paged(Context& ctx, Tensor& out, const Tensor& q, const Tensor& k
   const bool fp8 = k_cache.dtype == DType::f8e4m3;
   const float* lut = f8e4m3_table().data();
   float* O = out.ptr<float>();
+  float* LSE = lse ? lse->ptr<float>() : nullptr;
   int64_t L = 0;
   for (int64_t t = 0; t < T; ++t) L = std::max<int64_t>(L, POS[t] + 1);
   ctx.parallel_for(T * Hq, [&](int64_t i0, int64_t i1) {
@@ -213,7 +214,9 @@ void attention_paged(Context& ctx, Tensor& out, const Tensor& q, const Tensor& k
       auto key = [&](int64_t j) { return read(k_cache, slot(j)); };
       auto val = [&](int64_t j) { return read(v_cache, slot(j)); };
       const int64_t pos = POS[t];
-      attend_row(Q + i * D, window_start(pos, meta.window), pos + 1, D, scale, key, val, p.data(), O + i * D);
+      const float l =
+          attend_row(Q + i * D, window_start(pos, meta.window), pos + 1, D, scale, key, val, p.data(), O + i * D);
+      if (LSE) LSE[h * T + t] = l;
     }
   }, min_items(L, D));
 }

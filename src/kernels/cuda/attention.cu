@@ -773,7 +773,7 @@ void launch_split(Context& ctx, AttnArgs a, int64_t n_tok, bool paged) {
   }
   CUDA_CHECK_LAUNCH();
   if (a.n_splits > 1 && paged) {
-    launch_paged_combine(ctx, std::is_same_v<T, float> ? DType::f32 : DType::bf16, a.out, a.part_acc, a.part_ml,
+    launch_paged_combine(ctx, std::is_same_v<T, float> ? DType::f32 : DType::bf16, a.out, a.lse, a.part_acc, a.part_ml,
                          a.token_pos, a.T, a.tok0, n_tok, a.Hq, a.n_splits, D, paged_part<CT, D>());
   } else if (a.n_splits > 1) {
     attn_combine_kernel<T><<<dim3(unsigned(n_tok), unsigned(a.Hq)), D, 0, stream_of(ctx)>>>(
@@ -906,12 +906,12 @@ int64_t alloc_partials(Context& ctx, int64_t T, int Hq, int n_splits, int D, flo
   return chunk;
 }
 
-void launch_paged_combine(Context& ctx, DType dt, void* out, const float* part_acc, const float* part_ml,
+void launch_paged_combine(Context& ctx, DType dt, void* out, float* lse, const float* part_acc, const float* part_ml,
                           const int32_t* token_pos, int64_t T_, int64_t tok0, int64_t n_tok, int Hq, int n_splits,
                           int D, int part_len) {
   GRPO_DISPATCH_FLOAT(dt, T, {
     launch_pdl(ctx, attn_paged_combine_kernel<T>, dim3(unsigned(n_tok), unsigned(Hq)), dim3(unsigned(D)), 0,
-               static_cast<T*>(out), static_cast<float*>(nullptr), part_acc, part_ml, token_pos, T_, tok0, Hq,
+               static_cast<T*>(out), lse, part_acc, part_ml, token_pos, T_, tok0, Hq,
                n_splits, D, part_len);
   });
 }
@@ -1004,7 +1004,7 @@ void kv_cache_write(Context& ctx, Tensor& k_cache, Tensor& v_cache, const Tensor
 }
 
 void attention_paged(Context& ctx, Tensor& out, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                     const PagedAttnMeta& meta) {
+                     const PagedAttnMeta& meta, Tensor* lse) {
   GRPO_CHECK_MSG(q.ndim == 3 && k_cache.ndim == 4 && v_cache.ndim == 4, "attention_paged: q (T,Hq,D), caches 4-D");
   GRPO_CHECK_MSG(out.numel() == q.numel() && out.dtype == q.dtype, "attention_paged: out must match q");
   const bool fp8 = k_cache.dtype == DType::f8e4m3;
@@ -1017,7 +1017,7 @@ void attention_paged(Context& ctx, Tensor& out, const Tensor& q, const Tensor& k
                  "attention_paged: token_seq/token_pos must be (T)");
   GRPO_CHECK_MSG(aligned16(q.data) && aligned16(k_cache.data) && aligned16(v_cache.data), "attention_paged: alignment");
   GRPO_CHECK_MSG(meta.window >= 0, "attention_paged: window must be >= 0");
-  if (meta.n_prefill_tiles > 0 && meta.window == 0 && attention_tc_supported(q.dtype, int(q.shape[2]))) {
+  if (meta.n_prefill_tiles > 0 && meta.window == 0 && !lse && attention_tc_supported(q.dtype, int(q.shape[2]))) {
     // A mostly-prefill step with the runner's query tiles: the tensor-core kernel
     // (attention_prefill_tc.cu); the tiles cover every row of q once.
     const Tensor& tl = meta.prefill_tiles;
@@ -1052,7 +1052,8 @@ void attention_paged(Context& ctx, Tensor& out, const Tensor& q, const Tensor& k
   a.Hkv = int(k_cache.shape[2]);
   a.window = meta.window;
   a.scale = 1.f / std::sqrt(float(q.shape[2]));
-  if (meta.window == 0 && attention_paged_decode_tc(ctx, out, q, k_cache, v_cache, meta)) return;  // bf16, D 64/128
+  a.lse = lse ? lse->ptr<float>() : nullptr;
+  if (meta.window == 0 && attention_paged_decode_tc(ctx, out, q, k_cache, v_cache, meta, a.lse)) return;  // bf16, D 64/128
   run_split(ctx, a, q.dtype, k_cache.dtype, int(q.shape[2]), meta.max_context, true);
 }
 

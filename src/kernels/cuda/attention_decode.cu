@@ -64,6 +64,8 @@ struct DecArgs {
   float scale;
   const uint8_t* k8;  // FP8 caches (E4M3, (n_blocks,bs,Hkv,D) bytes): used instead of k, v
   const uint8_t* v8;
+  float* lse;         // (Hq,T) or null: rows' log-sum-exp (natural log), T = all tokens
+  int64_t T;
 };
 
 // F8 (FP8 E4M3 caches): the ring's stages hold FP8 K and V tiles (D bytes per row, unpadded:
@@ -329,6 +331,7 @@ __global__ void __launch_bounds__(kThreads) attn_decode_tc_kernel(DecArgs a) {
       const int h = kh * G + r;
       if (n_used == 1) {
         a.out[(tok * a.Hq + h) * D + d] = __float2bfloat16_rn(A / sL[r]);
+        if (d == 0 && a.lse) a.lse[int64_t(h) * a.T + tok] = sM[r] * kLn2 + logf(sL[r]);
       } else {
         const int64_t row = (int64_t(blockIdx.x) * a.Hq + h) * a.n_splits + cp;
         a.part_acc[row * D + d] = A;
@@ -534,6 +537,7 @@ __global__ void __launch_bounds__(kThreads) attn_rows_tc_kernel(DecArgs a, int64
           const int h = kh * G + r % G;
           if (used == 1) {
             a.out[(tok * a.Hq + h) * D + d] = __float2bfloat16_rn(A / sL[r]);
+            if (d == 0 && a.lse) a.lse[int64_t(h) * a.T + tok] = sM[r] * kLn2 + logf(sL[r]);
           } else {
             const int64_t row = ((tok - a.tok0) * a.Hq + h) * a.n_splits + cp;
             a.part_acc[row * D + d] = A;
@@ -627,7 +631,7 @@ size_t decode_smem(int ns, int G) {
 }  // namespace
 
 bool attention_paged_decode_tc(Context& ctx, Tensor& out, const Tensor& q, const Tensor& k_cache,
-                               const Tensor& v_cache, const PagedAttnMeta& meta) {
+                               const Tensor& v_cache, const PagedAttnMeta& meta, float* lse) {
   static const bool enabled = !env_off("GRPO_DECODE_TC");  // 0: the CUDA-core kernel (A/B measurements)
   if (!enabled || q.dtype != DType::bf16 || out.dtype != DType::bf16 || v_cache.dtype != k_cache.dtype) return false;
   const bool f8 = k_cache.dtype == DType::f8e4m3;  // FP8 E4M3 caches (kv_cache_dtype = fp8)
@@ -672,6 +676,8 @@ bool attention_paged_decode_tc(Context& ctx, Tensor& out, const Tensor& q, const
   a.Hkv = Hkv;
   a.G = Hq / Hkv;
   a.scale = 1.f / std::sqrt(float(D));
+  a.lse = lse;
+  a.T = T;
   static const int part = [] {  // GRPO_DECODE_PART: a multiple of 64 (A/B runs)
     const int v = int(env_long("GRPO_DECODE_PART", kPart, kTile, 1 << 20));
     return v % kTile == 0 ? v : kPart;
@@ -715,7 +721,7 @@ bool attention_paged_decode_tc(Context& ctx, Tensor& out, const Tensor& q, const
       else launch_decode_ns<128, false>(ctx, a, grid, ns);
     }
     if (a.n_splits > 1)
-      launch_paged_combine(ctx, DType::bf16, a.out, a.part_acc, a.part_ml, a.token_pos, T, t0, n, Hq, a.n_splits, D,
+      launch_paged_combine(ctx, DType::bf16, a.out, a.lse, a.part_acc, a.part_ml, a.token_pos, T, t0, n, Hq, a.n_splits, D,
                            a.part);
   }
   return true;

@@ -124,13 +124,13 @@ struct WgArgs {
   int data_bytes;  // bytes of the ring region (>= the split > 1 partial tile); mbarriers follow it
 };
 
-constexpr size_t stage_bytes(int nt) { return size_t(kMaxM + nt) * kRowBytes; }
+constexpr size_t stage_bytes(int nt, int wg = 1) { return size_t(kMaxM * wg + nt) * kRowBytes; }
 constexpr size_t tile_bytes(int nt) { return size_t(kMaxM) * (nt + 8) * sizeof(float); }
-size_t data_bytes(int nt, int split, int stages) {
-  return std::max(size_t(stages) * stage_bytes(nt), split > 1 ? tile_bytes(nt) : size_t(0));
+size_t data_bytes(int nt, int split, int stages, int wg = 1) {
+  return std::max(size_t(stages) * stage_bytes(nt, wg), split > 1 ? tile_bytes(nt) : size_t(0));
 }
-size_t smem_bytes(int nt, int split, int stages) {
-  return kAlignSlack + data_bytes(nt, split, stages) + size_t(stages) * 8;
+size_t smem_bytes(int nt, int split, int stages, int wg = 1) {
+  return kAlignSlack + data_bytes(nt, split, stages, wg) + size_t(stages) * 8;
 }
 
 // ---- sm_90a primitives ----
@@ -348,17 +348,29 @@ __device__ __forceinline__ void store_out(const WgArgs& a, float (&v)[E], int m,
 // zeroed accumulator over the same chunks as cluster rank r, and folds them in rank order
 // (sum = p0, then sum += p1, ...: sum_ranks' order), so every output is bit for bit the
 // cluster's; no cluster, no partial tiles in shared memory, K streamed by one block.
-template <int NT, bool GATED, bool SER = false>
-__global__ void __launch_bounds__(kThreads, 1)
+//
+// WG = 2 (batch-invariant rows mode with many row slices, split 1 or SER): two warpgroups share
+// each weight chunk, warpgroup g multiplying rows 64·g .. 64·g + 63 of a 128-row x box (stage =
+// 128 x rows + NT w rows), so the block pulls (128 + NT)·128 bytes per chunk for 128·NT outputs
+// instead of (64 + NT)·128 bytes for 64·NT: the many-slice product is bound by what the SMs can
+// pull from L2, and this halves the x share and the w share per output. Each warpgroup issues
+// exactly the instructions of a WG = 1 block over its 64 rows (same chunks, same k16 steps, same
+// SER folds), so every output bit is the WG = 1 kernel's. The grid is persistent over the
+// (slice, tile) pairs, tile fastest (work w: slice w / n_tiles, tile w % n_tiles), and the ring
+// runs on across them, so the next pair's chunks load under this pair's last wgmma and epilogue.
+// Weights are re-read by every slice, so they are loaded without the evict-first hint.
+template <int NT, bool GATED, bool SER = false, int WG = 1>
+__global__ void __launch_bounds__(kThreads * WG, 1)
     linear_wgmma_kernel(const __grid_constant__ CUtensorMap tm_w, const __grid_constant__ CUtensorMap tm_x,
                         const WgArgs a_in) {
 #if GRPO_WGMMA_DEVICE
   static_assert(!(SER && GATED), "the serial split serves the plain kernel");
+  static_assert(WG == 1 || (WG == 2 && !GATED), "two warpgroups serve the plain rows kernel");
   constexpr int kAcc = NT / 2;
   constexpr int kOutCols = GATED ? NT / 2 : NT;         // output columns per tile (act columns when gated)
   constexpr int kWLoads = GATED ? 2 : 1;                // w boxes per stage
-  constexpr uint32_t kABytes = kMaxM * kRowBytes;       // x part of a stage (8 KB)
-  constexpr uint32_t kStageBytes = (kMaxM + NT) * kRowBytes;
+  constexpr uint32_t kABytes = kMaxM * WG * kRowBytes;  // x part of a stage (8 KB per warpgroup)
+  constexpr uint32_t kStageBytes = (kMaxM * WG + NT) * kRowBytes;
   constexpr int kLdt = NT + 8;                          // f32 partial-tile row stride (floats)
   extern __shared__ __align__(1024) unsigned char smraw[];
   const uint32_t raw = smem_u32(smraw);
@@ -371,11 +383,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t bar0 = sbase + uint32_t(a.data_bytes);  // S mbarriers of 8 bytes
   const int S = a.stages;
 
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int tid = threadIdx.x, warp = (tid >> 5) & 3, lane = tid & 31;
+  const int wg = WG == 1 ? 0 : tid >> 7;  // this thread's warpgroup: rows 64·wg .. of the x box
   cg::cluster_group cluster = cg::this_cluster();
-  a.M = min(kMaxM, a_in.M - row0);
-  if (a.out) a.out += int64_t(row0) * a.N;
-  if (a.out_f32) a.out_f32 += int64_t(row0) * a.N;
+  if constexpr (WG == 1) {
+    a.M = min(kMaxM, a_in.M - row0);
+    if (a.out) a.out += int64_t(row0) * a.N;
+    if (a.out_f32) a.out_f32 += int64_t(row0) * a.N;
+  }
   const int rank = a.split > 1 ? int(cluster.block_rank()) : 0;
 
   // This block's work: items i = 0 .. n_items-1, each one 64-wide chunk of one tile.
@@ -389,20 +404,25 @@ __global__ void __launch_bounds__(kThreads, 1)
     cpt = int(int64_t(rank + 1) * a.n_chunks / a.split) - c_begin;
     n_items = cpt;
   } else {
+    // WG = 2: "tiles" are the (slice, tile) pairs, w = slice · n_tiles + tile.
+    const int n_work = WG == 1 ? a.n_tiles : a.n_tiles * ((a_in.M + kMaxM * WG - 1) / (kMaxM * WG));
     tile0 = int(blockIdx.x);
     step = int(gridDim.x);
     c_begin = 0;
     cpt = a.n_chunks;
-    const int my_tiles = tile0 < a.n_tiles ? (a.n_tiles - 1 - tile0) / step + 1 : 0;
+    const int my_tiles = tile0 < n_work ? (n_work - 1 - tile0) / step + 1 : 0;
     n_items = my_tiles * cpt;
   }
+  // WG = 2: the weight tile and first x row of work w.
+  auto w_tile = [&](int w) { return WG == 1 ? w : w % a.n_tiles; };
+  auto w_row0 = [&](int w) { return WG == 1 ? row0 : (w / a.n_tiles) * (kMaxM * WG); };
   // The w box(es) + the x box (x_box_rows rows: TMA counts a whole box, rows past M zero-filled).
   const uint32_t tx_bytes = uint32_t(kWLoads * a.w_box_rows + a.x_box_rows) * kRowBytes;
 
   // Thread 0: arm stage st for item j and request its w (and x) chunk.
   uint64_t w_policy = 0;
   auto issue_w = [&](int st, int j) {
-    const int tile = tile0 + (j / cpt) * step, chunk = c_begin + j % cpt;
+    const int tile = w_tile(tile0 + (j / cpt) * step), chunk = c_begin + j % cpt;
     const uint32_t bar = bar0 + 8u * uint32_t(st);
     const uint32_t dst = sbase + uint32_t(st) * kStageBytes + kABytes;
     mbar_arrive_expect_tx(bar, tx_bytes);
@@ -410,13 +430,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       tma_load_2d_hint(dst, &tm_w, bar, chunk * kKC, tile * kOutCols, w_policy);
       tma_load_2d_hint(dst + uint32_t(kOutCols) * kRowBytes, &tm_w, bar, chunk * kKC, a.up_row0 + tile * kOutCols,
                        w_policy);
+    } else if constexpr (WG == 2) {
+      tma_load_2d(dst, &tm_w, bar, chunk * kKC, tile * NT);
     } else {
       tma_load_2d_hint(dst, &tm_w, bar, chunk * kKC, tile * NT, w_policy);
     }
   };
   auto issue_x = [&](int st, int j) {
     const int chunk = c_begin + j % cpt;
-    tma_load_2d(sbase + uint32_t(st) * kStageBytes, &tm_x, bar0 + 8u * uint32_t(st), chunk * kKC, row0);
+    tma_load_2d(sbase + uint32_t(st) * kStageBytes, &tm_x, bar0 + 8u * uint32_t(st), chunk * kKC,
+                w_row0(tile0 + (j / cpt) * step));
   };
 
   pdl_trigger();
@@ -456,7 +479,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = 0; i < n_items; ++i) {
     mbar_wait(bar0 + 8u * uint32_t(st), phase);
     const uint32_t sa = sbase + uint32_t(st) * kStageBytes;
-    const uint64_t da = sw128_desc(sa), db = sw128_desc(sa + kABytes);
+    const uint64_t da = sw128_desc(sa + uint32_t(wg) * (kMaxM * kRowBytes)), db = sw128_desc(sa + kABytes);
     wgmma_fence();
 #pragma unroll
     for (int k = 0; k < kKC / 16; ++k) wgmma_bf16<NT>(acc, da + 2 * k, db + 2 * k);
@@ -497,7 +520,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       if (a.split == 1) {
         // Epilogue of this tile straight from the fragment, then a fresh accumulator.
-        const int n0 = tile * kOutCols;
+        if constexpr (WG == 2) {  // this warpgroup's 64 rows of the work's slice
+          const int64_t r = int64_t(w_row0(tile)) + kMaxM * wg;
+          a.M = int(min(int64_t(kMaxM), int64_t(a_in.M) - r));
+          if (a_in.out) a.out = a_in.out + r * a.N;
+          if (a_in.out_f32) a.out_f32 = a_in.out_f32 + r * a.N;
+        }
+        const int n0 = w_tile(tile) * kOutCols;
         if constexpr (GATED) {
           // Gate column 8jj + c0 (+1) in acc[4jj..], its up column in acc[4(jj + H/8)..];
           // n < F always (F % H == 0).
@@ -549,7 +578,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   wgmma_wait<0>();  // (no-op: the last item waited for every group)
   fence_acc(acc);
-  if (a.split == 1) return;
+  if (WG == 2 || a.split == 1) return;
 
   // split > 1: this block's partial tile (rows < M) into shared memory, over the ring (every
   // TMA write has landed and every wgmma has completed: the last item waited for group 0).
@@ -652,45 +681,49 @@ CUtensorMap make_tensor_map(const void* ptr, int64_t rows, int64_t K, int box_ro
 }
 
 // The opt-in above 48 KB of dynamic shared memory is per device and kernel; set it once.
-template <int NT, bool G, bool SER = false>
+template <int NT, bool G, bool SER = false, int WG = 1>
 void ensure_smem_attr() {
   static std::atomic<uint64_t> done{0};
   const int dev = device_index();
   const uint64_t bit = dev >= 0 && dev < 64 ? (uint64_t(1) << dev) : 0;
   if (bit == 0 || !(done.load(std::memory_order_acquire) & bit)) {
-    CUDA_CHECK(cudaFuncSetAttribute(linear_wgmma_kernel<NT, G, SER>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_CHECK(cudaFuncSetAttribute(linear_wgmma_kernel<NT, G, SER, WG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(kMaxDynSmem)));
     done.fetch_or(bit, std::memory_order_acq_rel);
   }
 }
 
 // Resident blocks per SM of the split = 1 kernel with `stages` (cached; for the persistent grid).
-template <int NT, bool G, bool SER = false>
+template <int NT, bool G, bool SER = false, int WG = 1>
 int blocks_per_sm(int stages) {
   static std::atomic<int> cache[kMaxStages + 1];
   int c = cache[stages].load(std::memory_order_relaxed);
   if (c > 0) return c;
-  ensure_smem_attr<NT, G, SER>();
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c, linear_wgmma_kernel<NT, G, SER>, kThreads,
-                                                           smem_bytes(NT, 1, stages)));
+  ensure_smem_attr<NT, G, SER, WG>();
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c, linear_wgmma_kernel<NT, G, SER, WG>, kThreads * WG,
+                                                           smem_bytes(NT, 1, stages, WG)));
   GRPO_CHECK_MSG(c >= 1, "linear_wgmma: the kernel does not fit an SM with these stages");
   cache[stages].store(c, std::memory_order_relaxed);
   return c;
 }
 
-template <int NT, bool G = false, bool SER = false>
+template <int NT, bool G = false, bool SER = false, int WG = 1>
 void launch(const CUtensorMap& tw, const CUtensorMap& tx, WgArgs a, cudaStream_t stream) {
-  ensure_smem_attr<NT, G, SER>();
-  const size_t smem = smem_bytes(NT, a.split, a.stages);
+  ensure_smem_attr<NT, G, SER, WG>();
+  const size_t smem = smem_bytes(NT, a.split, a.stages, WG);
   GRPO_CHECK_MSG(smem <= kMaxDynSmem, "linear_wgmma: stages do not fit shared memory (at most 227 KB per block)");
-  a.data_bytes = int(data_bytes(NT, a.split, a.stages));
+  a.data_bytes = int(data_bytes(NT, a.split, a.stages, WG));
+  // WG = 1: 64-row slices of x along y (1 for decode); WG = 2: one persistent grid over the
+  // (128-row slice, tile) pairs.
+  const int64_t m_tiles = WG == 1 ? ceil_div(a.M, kMaxM) : 1;
+  const int64_t work = WG == 1 ? a.n_tiles : int64_t(a.n_tiles) * ceil_div(a.M, kMaxM * WG);
   int64_t grid = int64_t(a.n_tiles) * a.split;
-  if (a.split == 1) grid = std::min<int64_t>(a.n_tiles, int64_t(sm_count()) * blocks_per_sm<NT, G, SER>(a.stages));
-  const int64_t m_tiles = ceil_div(a.M, kMaxM);  // 64-row slices of x along y (1 for decode)
-  GRPO_CHECK_MSG(grid >= 1 && grid <= INT_MAX && m_tiles <= 65535, "linear_wgmma: grid size out of range");
+  if (a.split == 1) grid = std::min<int64_t>(work, int64_t(sm_count()) * blocks_per_sm<NT, G, SER, WG>(a.stages));
+  GRPO_CHECK_MSG(grid >= 1 && grid <= INT_MAX && m_tiles <= 65535 && work <= INT_MAX,
+                 "linear_wgmma: grid size out of range");
   // Programmatic dependent launch (see the kernel's prologue) and split-K clusters.
-  launch_pdl_on(stream, unsigned(a.split), linear_wgmma_kernel<NT, G, SER>, dim3(unsigned(grid), unsigned(m_tiles), 1),
-                dim3(kThreads, 1, 1), smem, tw, tx, a);
+  launch_pdl_on(stream, unsigned(a.split), linear_wgmma_kernel<NT, G, SER, WG>,
+                dim3(unsigned(grid), unsigned(m_tiles), 1), dim3(unsigned(kThreads * WG), 1, 1), smem, tw, tx, a);
 }
 
 // Ring depth for a block that streams `items` chunks (INT_MAX: a persistent block):
@@ -708,6 +741,12 @@ int default_stages(int nt, int64_t items, int64_t blocks, int64_t sms) {
   return int(two);
 }
 
+// Ring depth of the two-warpgroup rows kernel: as deep as 200 KB allows (one block per SM,
+// persistent): 4 stages at nt = 256, 6 at 128, 8 at 64.
+int rows_wg2_stages(int nt) {
+  return int(std::min<size_t>(kMaxStages, (200 * 1024) / stage_bytes(nt, 2)));
+}
+
 // default_stages for a grid of n_tiles × split blocks over `chunks` K chunks (split = 1 with
 // more than two tiles per SM runs as a persistent grid).
 int grid_stages(int nt, int split, int64_t chunks, int64_t n_tiles) {
@@ -719,20 +758,35 @@ int grid_stages(int nt, int split, int64_t chunks, int64_t n_tiles) {
 // The launch shared by both entry points: a.stages == 0 takes grid_stages; checks the ring
 // against shared memory and the grid size, then launches for nt weight rows per block.
 template <bool G>
-void run_tiles(Context& ctx, const CUtensorMap& tw, const CUtensorMap& tx, WgArgs a, int nt) {
+void run_tiles(Context& ctx, const CUtensorMap& tw, const CUtensorMap& tx, WgArgs a, int nt, int wg = 1) {
   constexpr const char* kStagesMsg =
       G ? "linear_wgmma_swiglu: stages must be 2..16" : "linear_wgmma: stages must be 2..16";
   constexpr const char* kSmemMsg =
       G ? "linear_wgmma_swiglu: stages do not fit shared memory (stage = (64 + 2·nt)·128 bytes, at most 227 KB)"
         : "linear_wgmma: stages do not fit shared memory (stage = (64 + nt)·128 bytes, at most 227 KB)";
   constexpr const char* kGridMsg = G ? "linear_wgmma_swiglu: grid too large" : "linear_wgmma: grid too large";
-  if (a.stages == 0) a.stages = grid_stages(nt, a.split, a.n_chunks, a.n_tiles);
+  if (a.stages == 0) a.stages = wg == 2 ? rows_wg2_stages(nt) : grid_stages(nt, a.split, a.n_chunks, a.n_tiles);
   GRPO_CHECK_MSG(a.stages >= 2 && a.stages <= kMaxStages, kStagesMsg);
-  GRPO_CHECK_MSG(smem_bytes(nt, a.split, a.stages) <= kMaxDynSmem, kSmemMsg);
+  GRPO_CHECK_MSG(smem_bytes(nt, a.split, a.stages, wg) <= kMaxDynSmem, kSmemMsg);
   GRPO_CHECK_MSG(int64_t(a.n_tiles) * a.split <= INT_MAX, kGridMsg);
   a.data_bytes = 0;  // set by launch
   const cudaStream_t stream = stream_of(ctx);
   if constexpr (!G) {
+    if (wg == 2) {  // the rows mode's two-warpgroup kernel (split 1, or the serial split at nt <= 128)
+      GRPO_CHECK_MSG(a.split == 1 && (a.ranges == 1 || nt <= 128), "linear_wgmma: two warpgroups need split 1 "
+                                                                   "(the serial split at nt 64/128)");
+      if (a.ranges > 1) {
+        if (nt == 64) launch<64, false, true, 2>(tw, tx, a, stream);
+        else launch<128, false, true, 2>(tw, tx, a, stream);
+      } else if (nt == 64) {
+        launch<64, false, false, 2>(tw, tx, a, stream);
+      } else if (nt == 128) {
+        launch<128, false, false, 2>(tw, tx, a, stream);
+      } else {
+        launch<256, false, false, 2>(tw, tx, a, stream);
+      }
+      return;
+    }
     if (a.ranges > 1) {  // the serial split (nt 64 or 128: two accumulators fit the registers)
       GRPO_CHECK_MSG(a.split == 1 && (nt == 64 || nt == 128), "linear_wgmma: serial split needs split 1, nt 64/128");
       if (nt == 64) launch<64, false, true>(tw, tx, a, stream);
@@ -817,13 +871,31 @@ void run_plain(Context& ctx, __nv_bfloat16* out, float* out_f32, float alpha, co
   const int64_t M = x.shape[0], K = x.shape[1], N = w.shape[0];
   const bool explicit_cfg = cfg.nt != 0 && cfg.split != 0;
   const WgmmaGemmConfig h = explicit_cfg ? WgmmaGemmConfig{} : wgmma_gemm_config(N, K);
+  GRPO_CHECK_MSG(cfg.wg >= 0 && cfg.wg <= 2, "linear_wgmma: wg must be 0, 1 or 2");
+  static const bool serial = !env_off("GRPO_WGMMA_SERIAL_SPLIT");
+  static const int rows_wg = int(env_long("GRPO_WGMMA_ROWS_WG", 0, 0, 2));
+  static const int rows_nt = int(env_long("GRPO_WGMMA_ROWS_NT", 0, 0, 256));
+  const bool valid_rows_nt = rows_nt == 64 || rows_nt == 128 || rows_nt == 256;
+  const int want_split = cfg.split ? cfg.split : h.split;
+  // Two warpgroups per block from 256 rows on for weights of 3 Mi elements or more
+  // (GRPO_WGMMA_ROWS_WG = 1 or 2 forces one choice); the serial split holds two accumulators, so
+  // with split > 1 the weight tile is at most 128 rows. H200, 13,440 rows, one against two
+  // (bench_bitwise gemm): gate_up of Qwen2.5-0.5B 0.92 -> 0.56 ms, down 0.32 -> 0.28, Llama-3.2-1B's
+  // 3.26 -> 1.91 and 1.28 -> 0.85; the small split-8 products lose (Qwen2.5 o 0.106 -> 0.127 ms,
+  // qkv 0.086 -> 0.101, Qwen3 o 0.186 -> 0.197: each K range ends in a drain of the wgmma queue).
+  const bool big = int64_t(N) * K >= (int64_t(3) << 20);
+  int wg = cfg.wg ? cfg.wg : M >= 4 * kMaxM && (rows_wg == 2 || (rows_wg == 0 && big)) ? 2 : 1;
+  if (wg == 2 && want_split > 1 && (!serial || cfg.nt == 256)) wg = 1;
+  if (wg == 2 && cfg.nt == 0) {
+    const int want = valid_rows_nt && !(want_split > 1 && rows_nt == 256) ? rows_nt : want_split > 1 ? 128 : 256;
+    cfg.nt = N >= want ? want : N >= 128 ? 128 : 64;
+  }
   if (!explicit_cfg && M > kMaxM && cfg.nt == 0) {
     // Many row slices (nt and stages change no result bit, only split does): 128-row weight
     // tiles (64 for wide weights) and a 3-deep ring, so that three blocks share an SM. H200,
     // Qwen2.5-0.5B at 13,440 rows (bench_bitwise): qkv 0.086 ms, o 0.105, gate_up 0.864 (nt 64),
     // down 0.320, against 0.18-1.31 ms for the decode heuristic's deeper rings.
-    static const int rows_nt = int(env_long("GRPO_WGMMA_ROWS_NT", 0, 0, 256));
-    const int want = rows_nt == 64 || rows_nt == 128 || rows_nt == 256 ? rows_nt : N >= 8192 ? 64 : 128;
+    const int want = valid_rows_nt ? rows_nt : N >= 8192 ? 64 : 128;
     cfg.nt = N >= want ? want : h.nt;
     if (cfg.stages == 0) cfg.stages = 3;
   }
@@ -833,7 +905,7 @@ void run_plain(Context& ctx, __nv_bfloat16* out, float* out_f32, float alpha, co
   const int64_t chunks = ceil_div(K, kKC), n_tiles = ceil_div(N, nt);
   const int w_box_rows = int(std::min<int64_t>(nt, N));
   const CUtensorMap tw = make_tensor_map(w.data, N, K, w_box_rows);
-  const int x_box_rows = int(std::min<int64_t>(M, kMaxM));
+  const int x_box_rows = int(std::min<int64_t>(M, kMaxM * wg));
   const CUtensorMap tx = make_tensor_map(x.data, M, K, x_box_rows);
   WgArgs a{};
   a.out = out;
@@ -853,7 +925,6 @@ void run_plain(Context& ctx, __nv_bfloat16* out, float* out_f32, float alpha, co
   a.ranges = 1;
   // Explicit stages, else the heuristic's when its (nt, split) runs, else the tile's default.
   a.stages = cfg.stages ? cfg.stages : (!explicit_cfg && nt == h.nt && split == h.split && M <= kMaxM) ? h.stages : 0;
-  static const bool serial = !env_off("GRPO_WGMMA_SERIAL_SPLIT");
   if (serial && M > kMaxM && split > 1 && nt <= 128) {
     // Many row slices: each block sums its tile's K ranges itself (bit for bit the cluster's
     // reduction, see the kernel), so no block is left with a few chunks and a cluster barrier.
@@ -861,7 +932,7 @@ void run_plain(Context& ctx, __nv_bfloat16* out, float* out_f32, float alpha, co
     a.split = 1;
     a.stages = cfg.stages;
   }
-  run_tiles<false>(ctx, tw, tx, a, nt);
+  run_tiles<false>(ctx, tw, tx, a, nt, wg);
 }
 
 // decode_gemm_applies for any M up to 64·65535 row slices (the grid's y), on an sm_90 device.
@@ -896,8 +967,10 @@ bool linear_wgmma_f32(Context& ctx, Tensor& out, const Tensor& x, const Tensor& 
   if (split != 0) {  // explicit split: the weight tile the heuristic would take for M rows
     const WgmmaGemmConfig h = wgmma_gemm_config(w.shape[0], x.shape[1]);
     cfg.split = split;
-    cfg.nt = x.shape[0] > kMaxM && w.shape[0] >= 128 ? 128 : h.nt;
-    if (x.shape[0] > kMaxM) cfg.stages = 3;  // as run_plain's rows default
+    if (x.shape[0] < 4 * kMaxM) {  // (from 256 rows on, run_plain's two-warpgroup defaults)
+      cfg.nt = x.shape[0] > kMaxM && w.shape[0] >= 128 ? 128 : h.nt;
+      if (x.shape[0] > kMaxM) cfg.stages = 3;  // as run_plain's rows default
+    }
   }
   run_plain(ctx, nullptr, out.ptr<float>(), alpha, x, w, nullptr, bias_kind, false, cfg);
   return true;

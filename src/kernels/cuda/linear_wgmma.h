@@ -20,10 +20,15 @@ namespace grpo::cuda {
 // block's chunk count puts all of them in flight at once). 0 = the heuristic's choice.
 // split changes the summation order (results are comparable bit for bit only under one
 // split); nt and stages change no result bit.
+// wg: warpgroups per block of the rows kernel (linear_wgmma_rows / _f32 with M > 64): 2 shares
+// each weight chunk between two 64-row slices (1 = one slice per block; 0 = 2 from M = 256 on
+// for weights of 3 Mi elements or more);
+// no result bit depends on it. The decode entry points (M <= 64) take one.
 struct WgmmaGemmConfig {
   int nt = 0;
   int split = 0;
   int stages = 0;
+  int wg = 0;
 };
 
 // The heuristic's configuration for an (N, K) weight on the current device (SM count);
