@@ -13,6 +13,8 @@
 // rollout-<preset>-<workload>-kvfp8.json so the default run's file stays as it is.
 // --top-p P / --top-k K / --min-p M sample with those filters (the GRPO default is none);
 // such runs write rollout-<preset>-<workload>-top_p0.9-top_k50.json (the filters in the name).
+// --bitwise runs the engine as train.on_policy = "bitwise" does (a batch-invariant deterministic
+// context, the logprob fold of docs/bitwise.md) into rollout-<preset>-<workload>-bitwise.json.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -68,7 +70,7 @@ int main(int argc, char** argv) {
   std::string preset = "qwen2.5-0.5b", workload = "grpo", device = "cuda", dtype = "bf16", out_dir = "bench/results";
   std::string kv_cache_dtype = "auto";
   double kv_gb = 24;
-  bool graphs = true;
+  bool graphs = true, bitwise = false;
   int max_seqs = 256, max_batched = 8192, graph_ctx = 0, top_k = 0;
   float top_p = 1.f, min_p = 0.f;
   for (int i = 1; i < argc; ++i) try {
@@ -81,6 +83,7 @@ int main(int argc, char** argv) {
     else if (a == "--kv-gb") kv_gb = std::stod(next());
     else if (a == "--kv-cache-dtype") kv_cache_dtype = next();
     else if (a == "--no-graphs") graphs = false;
+    else if (a == "--bitwise") bitwise = true;
     else if (a == "--max-seqs") max_seqs = std::stoi(next());
     else if (a == "--max-batched") max_batched = std::stoi(next());
     else if (a == "--graph-max-context") graph_ctx = std::stoi(next());
@@ -91,7 +94,8 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr, "usage: bench_rollout [--preset P] [--workload grpo|nanovllm] [--device cuda|cpu] "
                            "[--dtype bf16|f32] [--kv-gb G] [--kv-cache-dtype auto|fp8] [--no-graphs] [--max-seqs N] "
-                           "[--max-batched N] [--graph-max-context N] [--top-p P] [--top-k K] [--min-p M]\n");
+                           "[--max-batched N] [--graph-max-context N] [--top-p P] [--top-k K] [--min-p M] "
+                           "[--bitwise]\n");
       return 2;
     }
   } catch (const std::exception&) {  // std::stoi / stod / stof on a value that is not a number
@@ -105,6 +109,7 @@ int main(int argc, char** argv) {
   }
   ContextOptions co;
   co.device = device == "cuda" ? Device::cuda : Device::cpu;
+  co.deterministic = co.batch_invariant = bitwise;
   Context ctx(co);
   DType dt = dtype == "bf16" ? DType::bf16 : DType::f32;
   double bw = co.device == Device::cuda ? copy_bandwidth_bytes_per_s() : 0;
@@ -130,6 +135,7 @@ int main(int argc, char** argv) {
   }
   EngineOptions eo = eo_r.value();
   eo.seed = 7;
+  eo.bitwise_logprobs = bitwise;
   auto kv_dtype = engine_kv_cache_dtype(*cfg, dt, eo);
   if (!kv_dtype.ok()) {
     std::fprintf(stderr, "bench_rollout: --kv-cache-dtype: %s\n", kv_dtype.status().message().c_str());
@@ -234,7 +240,7 @@ int main(int argc, char** argv) {
       {"device", device},
       {"command", "bench_rollout --preset " + preset + " --workload " + workload + " --device " + device +
                       " --dtype " + dtype + (kv_fp8 ? " --kv-cache-dtype " + kv_cache_dtype : std::string()) +
-                      filter_flags},
+                      filter_flags + (bitwise ? " --bitwise" : "")},
       {"config",
        {{"preset", preset}, {"workload", workload}, {"dtype", dtype}, {"kv_cache_dtype", kv_cache_dtype},
         {"kv_dtype", dtype_name(kv_dtype.value())}, {"kv_bytes_per_block", engine.kv_bytes_per_block()},
@@ -249,7 +255,7 @@ int main(int argc, char** argv) {
         {"ratio_to_floor", floor_s > 0 ? secs / floor_s : 0.0}, {"kv_read_bytes", kv_read_bytes},
         {"weight_and_kv_floor_s", kv_floor_s}, {"ratio_to_weight_and_kv_floor", kv_floor_s > 0 ? secs / kv_floor_s : 0.0}}}};
   std::string path = out_dir + "/rollout-" + preset + "-" + workload + (kv_fp8 ? "-kvfp8" : "") +
-                     filter_tag + ".json";
+                     filter_tag + (bitwise ? "-bitwise" : "") + ".json";
   std::ofstream(path) << j.dump(2) << "\n";
   std::printf("wrote %s\n", path.c_str());
   return 0;

@@ -354,7 +354,9 @@ TEST(CudaAttention, PagedRowsBitwiseEqualOneTokenKernel) {
     const int64_t Hq = sh.Hq, Hkv = sh.Hkv, D = sh.D;
     const int32_t bs = 16;
     // Rows of each sequence: positions [start, len) (a prefix-cache hit starts later).
-    const std::vector<std::pair<int32_t, int32_t>> seqs = {{0, 300}, {0, 7}, {250, 530}, {0, 1}, {5, 67}, {511, 514}};
+    // Contexts cross the 256-key partitions and (the last) the 1024-key ones of G <= 4.
+    const std::vector<std::pair<int32_t, int32_t>> seqs = {{0, 300}, {0, 7},   {250, 530}, {0, 1},
+                                                           {5, 67},  {511, 514}, {1015, 1031}};
     const int64_t S = int64_t(seqs.size());
     int32_t max_ctx = 0;
     for (auto [a, b] : seqs) max_ctx = std::max(max_ctx, b);
