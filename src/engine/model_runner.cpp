@@ -137,6 +137,11 @@ ModelRunner::ModelRunner(Context& ctx, const ModelWeights& w, const EngineOption
     if (dev == Device::cpu) d_lse_ = tensor_zeros(dev, DType::f32, {N});  // CUDA folds the logits instead
   }
 
+  // The eager paths' GEMM algorithms chosen now, not in the middle of a run
+  // (GRPO_GEMM_PREWARM=0 leaves them to the first use, for A/B runs).
+  static const bool prewarm = !cuda::env_off("GRPO_GEMM_PREWARM");
+  if (prewarm) transformer_gemm_prewarm(ctx_, w_, scratch_, d_logits_);
+
   if (opt_.use_cuda_graphs) {
     if (dev != Device::cuda) {
       GRPO_LOG_INFO("engine: CUDA graphs apply to the CUDA backend only; running eagerly");

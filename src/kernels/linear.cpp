@@ -13,6 +13,14 @@
 
 namespace grpo {
 
+int64_t gemm_row_bucket(int64_t m) {
+  if (m <= 64) return m;
+  int p = 0;
+  while ((int64_t(1) << (p + 1)) < m) ++p;  // 2^p < m <= 2^(p+1)
+  const int64_t step = std::max<int64_t>(1, (int64_t(1) << p) / 4);
+  return (m + step - 1) / step * step;
+}
+
 std::string batch_invariant_gemm_problem(const Context& ctx, DType dt) {
   if (ctx.device() == Device::cpu) return "";
 #ifdef GRPO_HAVE_CUDA

@@ -24,6 +24,11 @@ namespace grpo {
 // CPU; CUDA needs bf16 and an sm_90 GPU, whose wgmma kernel serves every M).
 std::string batch_invariant_gemm_problem(const Context& ctx, DType dt);
 
+// The row count whose cuBLASLt algorithm choice m shares (CUDA, m > 64, a non-transposed x):
+// the top of m's bucket, four buckets per octave (65..80 -> 80, 513..640 -> 640); m itself for
+// m <= 64. An algorithm is chosen once per bucket and problem shape.
+int64_t gemm_row_bucket(int64_t m);
+
 // The MLP's gate/up projection and SwiGLU:
 //   act (M,F) = silu(g)·u,  [g | u] = x (M,K) · w_gate_up (2F,K)ᵀ,
 // i.e. linear_forward(gate_up, x, w_gate_up) then swiglu_forward(act, gate_up). On CUDA, for

@@ -202,4 +202,27 @@ void transformer_forward(Context& ctx, const ModelWeights& w, KVCache& cache, co
   linear_forward(ctx, logits, rows_n, w.lm_head, nullptr, false);
 }
 
+void transformer_gemm_prewarm(Context& ctx, const ModelWeights& w, ForwardScratch& scratch, Tensor& logits) {
+  if (ctx.device() != Device::cuda || ctx.batch_invariant() || w.layers.empty()) return;
+  const ModelConfig& cfg = w.config;
+  const LayerWeights& L = w.layers[0];
+  const int64_t HD = int64_t(cfg.n_heads) * cfg.head_dim;
+  const int64_t max_T = scratch.max_tokens, max_R = std::min<int64_t>(scratch.max_logit_rows, logits.shape[0]);
+  for (int64_t m = 65; m <= max_T; m = gemm_row_bucket(m) + 1) {
+    const int64_t T = std::min(gemm_row_bucket(m), max_T);  // the bucket's algorithm, asked at any m in it
+    Tensor x = scratch.x.slice0(0, T), xn = scratch.xn.slice0(0, T), qkv = scratch.qkv.slice0(0, T);
+    Tensor gate_up = scratch.gate_up.slice0(0, T), act = scratch.mlp_act.slice0(0, T);
+    Tensor out2 = (cfg.qk_norm ? scratch.q : scratch.attn).slice0(0, T).view({T, HD});
+    linear_forward(ctx, qkv, xn, L.wqkv, L.bqkv.empty() ? nullptr : &L.bqkv, false);
+    linear_forward(ctx, x, out2, L.wo, nullptr, true);
+    linear_swiglu_forward(ctx, act, gate_up, xn, L.w_gate_up);
+    linear_forward(ctx, x, act, L.w_down, nullptr, true);
+    if (m <= max_R) {
+      const int64_t R = std::min(gemm_row_bucket(m), max_R);
+      Tensor lg = logits.slice0(0, R), rows_n = scratch.xn.slice0(0, R);
+      linear_forward(ctx, lg, rows_n, w.lm_head, nullptr, false);
+    }
+  }
+}
+
 }  // namespace grpo

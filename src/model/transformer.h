@@ -65,4 +65,17 @@ ForwardScratch forward_scratch_allocate(const ModelConfig& cfg, Device dev, DTyp
 void transformer_forward(Context& ctx, const ModelWeights& w, KVCache& cache, const RopeTable& rope,
                          const ForwardBatch& batch, ForwardScratch& scratch, Tensor& logits);
 
+// Makes most of the forward's cuBLASLt algorithm choices ahead of the first steps: runs the
+// GEMMs of a layer (every layer has the same shapes) and of the LM head on the scratch buffers
+// once per row bucket above 64 (gemm_row_bucket) up to scratch.max_tokens (the LM head up to the
+// logit rows of `logits`), with the operands, flags and buffers transformer_forward passes.
+// Eager prefills, speculative catch-ups and verify steps otherwise meet a new bucket now and
+// then in the middle of a run and pay its heuristic queries there (H200: draft rounds of 64
+// sequences took 6-12 ms the first time against about 1 ms later; with the prewarm the slowest
+// drafting step of the same benchmark took 3.7 ms). Row counts whose bucket's algorithm does not
+// run them still ask once for their exact count. Leaves the scratch and `logits` garbage (every
+// forward writes before it reads). CUDA only; nothing in batch-invariant contexts (no cuBLASLt
+// there).
+void transformer_gemm_prewarm(Context& ctx, const ModelWeights& w, ForwardScratch& scratch, Tensor& logits);
+
 }  // namespace grpo

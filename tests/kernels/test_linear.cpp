@@ -111,3 +111,13 @@ TEST(LinearDeathTest, DispatcherRejectsBadShapes) {
   EXPECT_DEATH(linear_forward(test_ctx(), tout, host(xi, {4, 3}), host(w, {5, 3}), nullptr, false),
                "activation dtype");
 }
+
+// The row buckets the CUDA GEMM's algorithm choices are shared over (and prewarmed for): four
+// per octave above 64, each named by its top; counts up to 64 are their own.
+TEST(Linear, GemmRowBuckets) {
+  const std::pair<int64_t, int64_t> cases[] = {{1, 1},       {64, 64},     {65, 80},     {80, 80},   {81, 96},
+                                               {112, 112},   {113, 128},   {128, 128},   {129, 160}, {300, 320},
+                                               {513, 640},   {600, 640},   {641, 768},   {1025, 1280}, {8192, 8192},
+                                               {8193, 10240}, {16384, 16384}};
+  for (auto [m, top] : cases) EXPECT_EQ(gemm_row_bucket(m), top) << "m = " << m;
+}

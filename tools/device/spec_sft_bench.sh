@@ -11,7 +11,8 @@
 # Binaries from build-static (tools/device/pack.sh grpo libcpp-httplib.so.0.11 bench_spec; carry [".carry"]).
 # Models already in runs/models (a warm machine) are reused unless RETRAIN=1.
 # Knobs: EPOCHS (target, 4), DRAFT_EPOCHS (3), DISTILL_EPOCHS (3), LR (5e-4), DRAFT_LAYERS (2), NEW (128), K (4), GRPO (8x8),
-# REPEAT (3: each case's plain and speculative runs alternate this many times; bench_spec reports the medians).
+# REPEAT (3: each case's plain and speculative runs alternate this many times; bench_spec reports the medians),
+# TRAIN_ONLY (set: train the pair into runs/models and stop).
 # Results: bench/results/spec-sft-qwen2.5-0.5b-{greedy,greedy-fixedk,grpo}.json, logs under $OUT.
 set -uo pipefail
 B=${BUILD:-build-static}
@@ -83,6 +84,7 @@ timeout -k 5 400 $B/grpo sft --model runs/models/spec-draft-gsm8k --data runs/da
   --out runs/models/spec-draft --device cuda --epochs ${DISTILL_EPOCHS:-3} --batch-size 32 --micro-tokens 16384 \
   --lr ${LR:-5e-4} --lr-scheduler cosine --warmup-steps 40 --log-every 100 --no-eos 2>&1 | tee "$OUT/logs/sft-distill.log" | tail -3
 fi
+[ -n "${TRAIN_ONLY:-}" ] && exit 0
 common="--model runs/models/spec-target --draft-model runs/models/spec-draft --device cuda --gsm8k $GSM/test.jsonl \
   --new ${NEW:-128} --draft-k ${K:-4} --repeat ${REPEAT:-3}"
 echo "=== greedy, 1 / 8 / 64 sequences"

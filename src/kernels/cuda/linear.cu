@@ -49,18 +49,11 @@ uint32_t alignment_of(const void* p) {
 }
 
 // Heuristic results are cached per problem (pure function of the key on one device).
-// The last field: the query was for this exact m (else for m's bucket, bucket_rows).
+// The last field: the query was for this exact m (else for m's bucket, gemm_row_bucket).
 using AlgoKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, int, int, int, uint32_t,
                            uint32_t, uint32_t, size_t, int, bool>;
 std::mutex g_algo_mu;
 
-// The top of m's bucket, four buckets per octave: 65..80 -> 80, 513..640 -> 640, 16384 -> 16384.
-int64_t bucket_rows(int64_t m) {
-  int p = 0;
-  while ((int64_t(1) << (p + 1)) < m) ++p;  // 2^p < m <= 2^(p+1)
-  const int64_t step = std::max<int64_t>(1, (int64_t(1) << p) / 4);
-  return (m + step - 1) / step * step;
-}
 std::map<AlgoKey, cublasLtMatmulAlgo_t> g_algo_cache;
 
 template <class T>
@@ -149,7 +142,7 @@ void gemm(Context& ctx, void* D, DType dt_d, int64_t ldd, const void* A, int64_t
   // (cublasLtMatmulAlgoCheck), the exact m is asked. Either way the algorithm is a function of
   // the problem alone, so results stay run-to-run identical. Only m of a non-transposed A:
   // there its leading dimension does not bound m.
-  const int64_t m_bucket = !trans_a && m > 64 ? bucket_rows(m) : m;
+  const int64_t m_bucket = !trans_a && m > 64 ? gemm_row_bucket(m) : m;
   auto choose = [&](int64_t mq, bool exact) {
     AlgoKey key{mq, n, k, lda, ldb, ldd, int(trans_a), int(trans_b), int(dt_ab), int(dt_d), bias != nullptr, int(det),
                 al_a, al_b, al_d, ws.lt_bytes, beta != 0.f, exact};
