@@ -16,7 +16,8 @@
 // grid of one wave for very wide N such as the LM head; one tile per block otherwise), and
 // its TMA ring runs on across tile boundaries.
 //
-// Block: one warpgroup (128 threads). Stage s of an S-deep ring holds the x chunk (64 rows ×
+// Block: one warpgroup (128 threads; two for the batch-invariant rows kernel, WG = 2 below,
+// with a 128-row x chunk). Stage s of an S-deep ring holds the x chunk (64 rows ×
 // 128 bytes; rows >= M are never written, see below) and the w chunk (NT rows × 128 bytes),
 // both in the 128-byte-swizzled K-major layout that TMA (CU_TENSOR_MAP_SWIZZLE_128B) writes and
 // wgmma reads: within each 1024-byte atom of 8 rows, the 16-byte piece c of row r sits at
