@@ -35,10 +35,12 @@ RunConfig serve_config(const std::string& out, int steps) {
 TEST(TrainServe, ClientsGetTheLivePolicyWithMonotonePolicyVersions) {
   char tmpl[] = "/tmp/grpo_train_serve_XXXXXX";
   const std::string out = mkdtemp(tmpl);
-  const int kSteps = 3;
+  // Enough rollout phases that a request posted while the first steps run is answered in one of
+  // them even on a loaded machine (3 steps ended before the first answer once in CI).
+  const int kSteps = 8;
   RunConfig cfg = serve_config(out, kSteps);
   std::atomic<int> port{0};
-  std::atomic<bool> done{false};
+  std::atomic<bool> done{false}, posting{false};
   TrainLoopOptions o;
   o.out_dir = out;
   o.n_threads = 2;
@@ -52,6 +54,9 @@ TEST(TrainServe, ClientsGetTheLivePolicyWithMonotonePolicyVersions) {
     auto h = std::make_shared<HttpServer>(svc, tok, so);
     GRPO_TRY(h->start());
     port = h->port();
+    // The loop goes on once the client is about to post (at most 10 s), so that its first
+    // request does not race the whole run.
+    for (int i = 0; i < 5000 && !posting; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
     return std::shared_ptr<void>(h);
   };
   std::vector<int64_t> versions;
@@ -62,6 +67,7 @@ TEST(TrainServe, ClientsGetTheLivePolicyWithMonotonePolicyVersions) {
     httplib::Client c("127.0.0.1", port);
     c.set_read_timeout(120, 0);
     while (!done) {
+      posting = true;
       auto r = c.Post("/v1/completions", json{{"model", "live"}, {"prompt", "What is 2 + 3?\n"}, {"max_tokens", 6}, {"n", 2}}.dump(),
                       "application/json");
       if (!r) break;  // the server went away with the run
