@@ -886,7 +886,7 @@ void run_plain(Context& ctx, __nv_bfloat16* out, float* out_f32, float alpha, co
   // qkv 0.086 -> 0.101, Qwen3 o 0.186 -> 0.197: each K range ends in a drain of the wgmma queue).
   const bool big = int64_t(N) * K >= (int64_t(3) << 20);
   int wg = cfg.wg ? cfg.wg : M >= 4 * kMaxM && (rows_wg == 2 || (rows_wg == 0 && big)) ? 2 : 1;
-  if (wg == 2 && want_split > 1 && (!serial || cfg.nt == 256)) wg = 1;
+  if (wg == 2 && (M <= kMaxM || (want_split > 1 && (!serial || cfg.nt == 256)))) wg = 1;
   if (wg == 2 && cfg.nt == 0) {
     const int want = valid_rows_nt && !(want_split > 1 && rows_nt == 256) ? rows_nt : want_split > 1 ? 128 : 256;
     cfg.nt = N >= want ? want : N >= 128 ? 128 : 64;
