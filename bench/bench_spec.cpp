@@ -8,6 +8,7 @@
 //   random    a random-weights draft of the target's architecture (lower bound)
 //   model     the draft model of --draft-model DIR (the engine flag), e.g. one trained with `grpo sft`
 //             on the target's data (tools/device/spec_sft_bench.sh)
+//   NAME-vocab  draft NAME with the draft vocabulary of --draft-vocab FILE (its LM head keeps those ids)
 // Lengths are forced (ignore_eos, min_tokens = max_tokens), so random weights do real work.
 // Each case runs plain first, then speculative, on fresh engines with identical options but
 // [engine.speculative]; the first generate of each engine is a warm-up (graph capture,
@@ -162,6 +163,11 @@ int main(int argc, char** argv) {
   // --draft-model (the engine flag, without --spec here): the proposer "model".
   const std::string draft_dir = ecfg.speculative.draft_model;
   ecfg.speculative.draft_model.clear();
+  // --draft-vocab: the proposers named NAME-vocab run NAME's draft with that draft vocabulary.
+  const std::string draft_vocab = ecfg.speculative.draft_vocab;
+  const int64_t draft_vocab_size = ecfg.speculative.draft_vocab_size;
+  ecfg.speculative.draft_vocab.clear();
+  ecfg.speculative.draft_vocab_size = 0;
   if (Status s = cli::engine_flags_validate(ecfg); !s.ok()) return fail(s.message());
   if (!llama2c_bin.empty()) {
     model = (std::filesystem::temp_directory_path() / "bench_spec_llama2c").string();
@@ -203,10 +209,20 @@ int main(int argc, char** argv) {
     while (std::getline(ss, d, ','))
       if (!d.empty()) drafts.push_back(d);
   }
+  auto base_of = [](const std::string& d) {
+    const std::string suffix = "-vocab";
+    return d.size() > suffix.size() && d.compare(d.size() - suffix.size(), suffix.size(), suffix) == 0
+               ? d.substr(0, d.size() - suffix.size())
+               : d;
+  };
   for (const std::string& d : drafts) {
-    if (d != "self" && d != "ngram" && d != "layerskip" && d != "random" && d != "model")
-      return fail("--drafts: unknown proposer \"" + d + "\" (use self, ngram, layerskip, random, model)");
-    if (d == "model" && draft_dir.empty()) return fail("--drafts model needs --draft-model DIR");
+    const std::string b = base_of(d);
+    if (b != "self" && b != "ngram" && b != "layerskip" && b != "random" && b != "model")
+      return fail("--drafts: unknown proposer \"" + d +
+                  "\" (use self, ngram, layerskip, random, model; NAME-vocab for a draft with --draft-vocab)");
+    if (b == "model" && draft_dir.empty()) return fail("--drafts " + d + " needs --draft-model DIR");
+    if (b != d && (b == "ngram" || draft_vocab.empty()))
+      return fail("--drafts " + d + ": a -vocab proposer is a draft model run with --draft-vocab FILE");
   }
   std::vector<std::pair<int, int>> shapes;
   for (int s : parse_list(sizes_s)) shapes.push_back({s, 1});
@@ -248,9 +264,14 @@ int main(int argc, char** argv) {
     // Engine options of every proposer (the same memory budget as plain decoding's).
     std::vector<EngineOptions> spec_eos;
     std::vector<const ModelWeights*> spec_ws;
-    for (const std::string& d : drafts) {
+    for (const std::string& name : drafts) {
+      const std::string d = base_of(name);
       EngineConfig c = pc;
       c.speculative.method = d == "ngram" ? SpecMethod::ngram : SpecMethod::draft;
+      if (d != name) {
+        c.speculative.draft_vocab = draft_vocab;
+        c.speculative.draft_vocab_size = draft_vocab_size;
+      }
       c.speculative.num_speculative_tokens = k;
       c.speculative.adaptive = adaptive;
       if (d != "ngram") c.speculative.draft_model = d == "model" ? draft_dir : "bench_spec:" + d;  // loaded here
@@ -309,7 +330,8 @@ int main(int argc, char** argv) {
                         {"device", device},
                         {"command", cmd},
                         {"config", {{"model", model}, {"new_tokens", new_tokens}, {"temperature", temperature},
-                                    {"k", k}, {"adaptive", adaptive}, {"layerskip_layers", skip.config.n_layers}}},
+                                    {"k", k}, {"adaptive", adaptive}, {"layerskip_layers", skip.config.n_layers},
+                                    {"draft_vocab", draft_vocab}, {"draft_vocab_size", draft_vocab_size}}},
                         {"metrics", {{"cases", rows}}},
                         {"peer", {{"name", "plain decoding, same engine options"}}}};
     std::ofstream(json_path) << j.dump(2) << "\n";

@@ -62,6 +62,11 @@ void add_engine_flags(CLI::App* app, EngineConfig* c) {
   app->add_option("--spec-probe-every", sp->probe_every,
                   "Adaptive: steps between probe steps while drafting is off")
       ->capture_default_str()->group(gs);
+  app->add_option("--draft-vocab", sp->draft_vocab,
+                  "JSON file of token ids the draft's LM head keeps (FR-Spec; `grpo draft-vocab` writes one)")
+      ->group(gs);
+  app->add_option("--draft-vocab-size", sp->draft_vocab_size, "Keep the first N ids of --draft-vocab (0: all)")
+      ->capture_default_str()->group(gs);
   add_enum(app, "--spec-acceptance", &sp->acceptance, spec_acceptance_names(),
            "At temperature > 0: rejection (speculative sampling) or match (drafts kept iff equal to the "
            "target's seeded sample: outputs identical to plain decoding)")
@@ -80,7 +85,9 @@ Status engine_flags_validate(const EngineConfig& c) {
       {"speculative.ngram_max", "ngram-max"},
       {"speculative.adaptive", "no-adaptive-spec"},
       {"speculative.probe_every", "spec-probe-every"},
-      {"speculative.acceptance", "spec-acceptance"}};
+      {"speculative.acceptance", "spec-acceptance"},
+      {"speculative.draft_vocab_size", "draft-vocab-size"},
+      {"speculative.draft_vocab", "draft-vocab"}};
   std::string m = s.message();
   // Message text may name other keys too ("... but speculative.method = ..."): rename those first.
   for (const auto& [key, flag] : kSpecFlags)

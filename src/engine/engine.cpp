@@ -104,8 +104,11 @@ Engine::Engine(Context& ctx, ModelWeights& w, const Tokenizer* tok, EngineOption
   if (draft) {
     const Status ok = spec_check_draft(w.config, draft->config, max_model_len_);
     GRPO_CHECK_MSG(ok.ok(), ok.message().c_str());
+    const Status vocab = spec_resolve_draft_vocab(opt_.speculative, w.config.vocab_size);
+    GRPO_CHECK_MSG(vocab.ok(), vocab.message().c_str());
     draft_ = std::make_unique<SpecDraft>(ctx_, *draft, opt_, geo);
-    adapt_->set_draft_read_ratio(spec_draft_read_ratio(w.config, draft->config));
+    const int64_t head = opt_.speculative.draft_vocab_ids.empty() ? 0 : draft_->head_rows();
+    adapt_->set_draft_read_ratio(spec_draft_read_ratio(w.config, draft->config, head));
     draft_->times = &adapt_->draft;
   }
   if (tandem) {

@@ -65,6 +65,15 @@ Status EngineConfig::validate(const std::string& prefix) const {
                std::string("is set but speculative.method = \"") + spec_method_name(sp.method) +
                    "\"; set method = \"draft\"");
   auto in_int = [](int64_t v) { return v >= -(int64_t(1) << 30) && v <= (int64_t(1) << 30); };
+  if (sp.method != SpecMethod::draft && !sp.draft_vocab.empty())
+    return bad("speculative.draft_vocab", "\"" + sp.draft_vocab + "\"",
+               std::string("is set but speculative.method = \"") + spec_method_name(sp.method) +
+                   "\"; a draft vocabulary is for a draft model (method = \"draft\")");
+  if (sp.draft_vocab_size < 0 || sp.draft_vocab_size > (int64_t(1) << 30))
+    return bad("speculative.draft_vocab_size", n(sp.draft_vocab_size), "must be >= 0 (0 = every id of draft_vocab)");
+  if (sp.draft_vocab_size > 0 && sp.draft_vocab.empty())
+    return bad("speculative.draft_vocab_size", n(sp.draft_vocab_size),
+               "needs speculative.draft_vocab (a JSON file of token ids, e.g. from `grpo draft-vocab`)");
   if (!in_int(sp.num_speculative_tokens) || !in_int(sp.ngram_min) || !in_int(sp.ngram_max) || !in_int(sp.probe_every))
     return bad("speculative", "{...}", "a count is out of range");
   return sp.options().validate(prefix + "speculative.");
@@ -80,6 +89,8 @@ SpeculativeOptions SpeculativeConfig::options() const {
   o.adaptive = adaptive;
   o.probe_every = int(probe_every);
   o.acceptance = acceptance;
+  o.draft_vocab = draft_vocab;
+  o.draft_vocab_size = int(draft_vocab_size);
   return o;
 }
 
@@ -149,6 +160,7 @@ Result<EngineOptions> engine_options_from_config(const EngineConfig& c, Device d
   eo.cuda_graph_max_context = int(c.cuda_graph_max_context);
   eo.kv_cache_dtype = c.kv_cache_dtype;
   eo.speculative = c.speculative.options();
+  GRPO_TRY(spec_resolve_draft_vocab(eo.speculative, mc.vocab_size));
   GRPO_TRY(eo.validate());
   auto kv_dtype = engine_kv_cache_dtype(mc, model_dtype, eo);
   if (!kv_dtype.ok()) return kv_dtype.status().with_context("engine.kv_cache_dtype");

@@ -40,6 +40,8 @@ struct SpeculativeConfig {
   bool adaptive = true;                    // pick k per step from a run-time cost model (0 = plain decoding)
   int64_t probe_every = 32;                // adaptive: steps between probe steps while drafting is off
   SpecAcceptance acceptance = SpecAcceptance::rejection;  // rejection | match (spec_acceptance_names())
+  std::string draft_vocab;                 // JSON file of the draft's token ids (FR-Spec; "" = full vocabulary)
+  int64_t draft_vocab_size = 0;            // first N ids of draft_vocab (0: all)
   SpeculativeOptions options() const;      // the engine's copy (ranges unchecked; see validate)
 };
 

@@ -43,6 +43,12 @@ struct SpeculativeOptions {
   bool adaptive = true;            // lower k / stop drafting when the cost model predicts a loss
   int probe_every = 32;            // adaptive: steps between probe steps while drafting is off
   SpecAcceptance acceptance = SpecAcceptance::rejection;
+  // A draft vocabulary (FR-Spec): the draft's LM head keeps only these token ids' rows, so a
+  // draft step reads and scores a fraction of the vocabulary. Exact whatever the subset: the
+  // draft's q is 0 outside it and the target's test and residual draw cover every id.
+  std::string draft_vocab;         // JSON file of token ids, most useful first (grpo draft-vocab writes one)
+  int draft_vocab_size = 0;        // keep the first N ids of draft_vocab (0: all)
+  std::vector<int32_t> draft_vocab_ids;  // resolved (spec_resolve_draft_vocab); empty: the full vocabulary
   // Errors name "<prefix><key>".
   Status validate(const std::string& prefix = "engine.speculative.") const;
   bool enabled() const { return method != SpecMethod::off; }

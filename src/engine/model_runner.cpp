@@ -320,7 +320,7 @@ void ModelRunner::execute(const SchedulerOutput& step, const std::vector<RowSamp
 }
 
 void ModelRunner::spec_verify_rows(const Tensor& P, const Tensor& Q, const std::vector<SpecVerifyRow>& rows,
-                                   std::vector<SpecVerifyResult>& out) {
+                                   std::vector<SpecVerifyResult>& out, const Tensor& q_index) {
   const int64_t N = int64_t(rows.size());
   out.assign(rows.size(), SpecVerifyResult{});
   if (N == 0) return;
@@ -353,7 +353,7 @@ void ModelRunner::spec_verify_rows(const Tensor& P, const Tensor& Q, const std::
   upload(ctx_, d_verify_.rng_key, key, N);
   upload(ctx_, d_verify_.rng_pos, pos, N);
   SpecVerifyRows v{d_verify_.p_rows.slice0(0, N), d_verify_.q_rows.slice0(0, N), d_verify_.draft.slice0(0, N),
-                   d_verify_.rng_key.slice0(0, N), d_verify_.rng_pos.slice0(0, N)};
+                   d_verify_.rng_key.slice0(0, N), d_verify_.rng_pos.slice0(0, N), q_index};
   SpecVerifyOutputs o{d_verify_out_.token.slice0(0, N), d_verify_out_.accepted.slice0(0, N),
                       d_verify_out_.lp_raw.slice0(0, N), d_verify_out_.lp_proc.slice0(0, N)};
   const int64_t Rp = P.shape[0];

@@ -85,9 +85,10 @@ class ModelRunner {
   void execute(const SchedulerOutput& step, const std::vector<RowSampling>& rows, std::vector<SampledRow>& out,
                const Tensor* probs = nullptr);
   // After execute() with probs = P: speculative sampling's test of each row (kernels/spec_verify.h),
-  // raw logprobs from this step's logits. Q: the draft's distributions (empty: every q_row < 0).
+  // raw logprobs from this step's logits. Q: the draft's distributions (empty: every q_row < 0);
+  // q_index: Q's column of every token id when the draft has its own vocabulary (SpecDraft::q_index).
   void spec_verify_rows(const Tensor& P, const Tensor& Q, const std::vector<SpecVerifyRow>& rows,
-                        std::vector<SpecVerifyResult>& out);
+                        std::vector<SpecVerifyResult>& out, const Tensor& q_index = {});
   Device device() const { return ctx_.device(); }
   // The largest LoRA rank the forward's scratch holds (adapters set into slots later must fit).
   int lora_rank_capacity() const { return scratch_.lora_r; }

@@ -6,9 +6,13 @@
 #include <iterator>
 #include <cmath>
 
+#include <nlohmann/json.hpp>
+
 #include "core/check.h"
 #include "core/timer.h"
+#include "kernels/gather.h"
 #include "model/checkpoint.h"
+#include "model/safetensors.h"
 
 namespace grpo {
 
@@ -288,12 +292,55 @@ bool SpecAdaptive::draft_can_pay() const {
   return best >= 1.05;
 }
 
-double spec_draft_read_ratio(const ModelConfig& target, const ModelConfig& draft) {
-  auto read = [](const ModelConfig& c) {
-    const double embed = c.tie_word_embeddings ? 0.0 : double(c.vocab_size) * double(c.hidden_size);
-    return std::max(1.0, double(c.n_params()) - embed);
+double spec_draft_read_ratio(const ModelConfig& target, const ModelConfig& draft, int64_t draft_head_rows) {
+  auto read = [](const ModelConfig& c, int64_t head_rows) {
+    const double table = double(c.vocab_size) * double(c.hidden_size);
+    const double embed = c.tie_word_embeddings ? 0.0 : table;
+    // A kept-rows head reads head_rows rows instead of the whole table (tied: the table is the head).
+    const double head = head_rows > 0 ? table - double(head_rows) * double(c.hidden_size) : 0.0;
+    return std::max(1.0, double(c.n_params()) - embed - head);
   };
-  return read(draft) / read(target);
+  return read(draft, draft_head_rows) / read(target, 0);
+}
+
+Status spec_resolve_draft_vocab(SpeculativeOptions& o, int vocab_size) {
+  if (o.draft_vocab.empty() || !o.draft_vocab_ids.empty()) return ok_status();
+  const std::string key = "engine.speculative.draft_vocab = \"" + o.draft_vocab + "\": ";
+  auto text = read_file(o.draft_vocab);
+  if (!text.ok()) return error_status(key + text.status().message() + " (a JSON array of token ids; `grpo draft-vocab` writes one)");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text.value());
+  } catch (const std::exception& e) {
+    return error_status(key + "invalid JSON: " + e.what());
+  }
+  if (j.is_object() && j.contains("token_ids")) j = j["token_ids"];
+  if (!j.is_array() || j.empty())
+    return error_status(key + "expected a non-empty JSON array of token ids, or an object whose \"token_ids\" is one");
+  std::vector<int32_t> ids;
+  std::vector<char> seen(size_t(std::max(0, vocab_size)), 0);
+  for (size_t i = 0; i < j.size(); ++i) {
+    if (!j[i].is_number_integer())
+      return error_status(key + "entry " + std::to_string(i) + " is not an integer token id");
+    const int64_t id = j[i].get<int64_t>();
+    if (id < 0 || id >= vocab_size)
+      return error_status(key + "token id " + std::to_string(id) + " (entry " + std::to_string(i) +
+                          ") is outside the vocabulary [0, " + std::to_string(vocab_size) +
+                          "); was the file made with another tokenizer?");
+    if (seen[size_t(id)]) return error_status(key + "token id " + std::to_string(id) + " appears twice");
+    seen[size_t(id)] = 1;
+    ids.push_back(int32_t(id));
+  }
+  if (o.draft_vocab_size > 0) {
+    if (size_t(o.draft_vocab_size) > ids.size())
+      return error_status("engine.speculative.draft_vocab_size = " + std::to_string(o.draft_vocab_size) + ": the file " +
+                          o.draft_vocab + " holds only " + std::to_string(ids.size()) +
+                          " ids; lower it or make a larger file (grpo draft-vocab --size)");
+    ids.resize(size_t(o.draft_vocab_size));
+  }
+  std::sort(ids.begin(), ids.end());
+  o.draft_vocab_ids = std::move(ids);
+  return ok_status();
 }
 
 std::vector<int> SpecAdaptive::plan(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap) {
@@ -337,6 +384,26 @@ std::vector<int> SpecAdaptive::preview(const std::vector<double>& alpha, bool ha
 // ---- draft runner ----
 
 SpecDraft::SpecDraft(Context& ctx, const ModelWeights& draft, EngineOptions eo, EngineGeometry geo) : ctx_(ctx) {
+  const ModelWeights* run_w = &draft;
+  if (const std::vector<int32_t>& ids = eo.speculative.draft_vocab_ids; !ids.empty()) {
+    const int64_t V = draft.config.vocab_size, n = int64_t(ids.size());
+    GRPO_CHECK_MSG(std::is_sorted(ids.begin(), ids.end()) && ids.front() >= 0 && ids.back() < V &&
+                       std::adjacent_find(ids.begin(), ids.end()) == ids.end(),
+                   "speculative: draft_vocab_ids must be ascending, distinct ids of the vocabulary");
+    head_ids_ = ids;
+    head_col_.assign(size_t(V), -1);
+    for (int64_t c = 0; c < n; ++c) head_col_[size_t(ids[size_t(c)])] = int32_t(c);
+    head_w_ = draft;
+    head_w_.config.vocab_size = int(n);
+    head_w_.lm_head = tensor_empty(ctx.device(), draft.dtype, {n, int64_t(draft.config.hidden_size)});
+    Tensor idx = tensor_empty(ctx.device(), DType::i32, {n});
+    tensor_copy(idx, tensor_borrow(head_ids_.data(), DType::i32, Device::cpu, {n}));
+    gather_rows_forward(ctx, head_w_.lm_head, draft.lm_head, idx);
+    q_index_ = tensor_empty(ctx.device(), DType::i32, {V});
+    tensor_copy(q_index_, tensor_borrow(head_col_.data(), DType::i32, Device::cpu, {V}));
+    ctx.synchronize();  // idx is freed on return
+    run_w = &head_w_;
+  }
   if (geo.kv_dtype != DType::f8e4m3) geo.kv_dtype = draft.dtype;
   // Round 1 carries catch-up tokens (bounded by the engine's planning to the target's step
   // budget) plus one token per drafting sequence.
@@ -345,7 +412,7 @@ SpecDraft::SpecDraft(Context& ctx, const ModelWeights& draft, EngineOptions eo, 
   geo.max_logit_rows = 0;
   max_seqs_ = eo.max_num_seqs;
   k_max_ = eo.speculative.num_speculative_tokens;
-  runner_ = std::make_unique<ModelRunner>(ctx, draft, eo, geo);
+  runner_ = std::make_unique<ModelRunner>(ctx, *run_w, eo, geo);
 }
 
 void SpecDraft::keep_distributions(bool on) {
@@ -356,12 +423,21 @@ void SpecDraft::keep_distributions(bool on) {
 
 SpecDraft::~SpecDraft() = default;
 
-void SpecDraft::run_round(const SchedulerOutput& round, const std::vector<RowSampling>& rows, int j) {
+void SpecDraft::run_round(const SchedulerOutput& round, std::vector<RowSampling>& rows, int j) {
   const double t0 = now_seconds();
   GRPO_CHECK(j < k_max_ && int(rows.size()) <= max_seqs_);
   Tensor qj;
   if (keep_q_) qj = q_.slice0(int64_t(j) * max_seqs_, int64_t(j + 1) * max_seqs_);
+  if (!head_ids_.empty())
+    for (RowSampling& r : rows) {
+      std::vector<int32_t> cols;
+      for (int32_t id : r.banned)
+        if (id >= 0 && size_t(id) < head_col_.size() && head_col_[size_t(id)] >= 0) cols.push_back(head_col_[size_t(id)]);
+      r.banned = std::move(cols);
+    }
   runner_->execute(round, rows, sampled_, keep_q_ ? &qj : nullptr);
+  if (!head_ids_.empty())
+    for (SampledRow& s : sampled_) s.token = head_ids_[size_t(s.token)];
   const double dt = now_seconds() - t0;
   if (times) times->add(double(round.n_tokens), dt);
   round_seconds += dt;

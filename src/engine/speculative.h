@@ -85,6 +85,13 @@ Status spec_check_draft(const ModelConfig& target, const ModelConfig& draft, int
 Result<std::unique_ptr<ModelWeights>> spec_load_draft(const SpeculativeOptions& o, const ModelConfig& target,
                                                      int max_model_len, Context& ctx, DType dt);
 
+// Reads o.draft_vocab (a JSON array of token ids, or an object whose "token_ids" is one, as
+// `grpo draft-vocab` writes), keeps the first o.draft_vocab_size (0: all) and stores them in
+// ascending order in o.draft_vocab_ids; nothing to do when draft_vocab is empty or the ids are
+// already resolved. Errors name engine.speculative.draft_vocab and say what is wrong (a missing
+// file, an id outside [0, vocab_size), a repeated id).
+Status spec_resolve_draft_vocab(SpeculativeOptions& o, int vocab_size);
+
 // Measured wall time of one kind of step, by size (batch size or tokens): an EMA of size and
 // seconds per bucket of four per octave. predict() is piecewise linear through the buckets'
 // points; past the largest, up to twice its size, it follows the last two buckets' slope, and
@@ -161,8 +168,9 @@ class SpecAdaptive {
 };
 
 // Bytes of weights a decode token reads in `draft` over those in `target` (parameters less an
-// untied input embedding, of which a token reads one row).
-double spec_draft_read_ratio(const ModelConfig& target, const ModelConfig& draft);
+// untied input embedding, of which a token reads one row). draft_head_rows > 0: the draft's LM
+// head keeps only that many rows (a draft vocabulary).
+double spec_draft_read_ratio(const ModelConfig& target, const ModelConfig& draft, int64_t draft_head_rows = 0);
 
 class Tokenizer;
 
@@ -188,10 +196,22 @@ class SpecDraft {
   // on = false: the next rounds skip it (a step without rows at temperature > 0).
   void keep_distributions(bool on);
   const Tensor& q() const { return q_; }
+  // With a draft vocabulary (SpeculativeOptions::draft_vocab_ids): q() has one column per kept
+  // id and q_index() maps every token id to its column (-1: not kept), spec_verify's q_index.
+  // Empty otherwise.
+  const Tensor& q_index() const { return q_index_; }
+  // Rows of the draft's LM head (the vocabulary size, or the draft vocabulary's).
+  int64_t head_rows() const { return runner_->vocab_size(); }
 
  private:
-  void run_round(const SchedulerOutput& round, const std::vector<RowSampling>& rows, int j);
+  void run_round(const SchedulerOutput& round, std::vector<RowSampling>& rows, int j);
   Context& ctx_;
+  // With a draft vocabulary the runner runs head_w_: the draft's weights with an LM head of the
+  // kept ids' rows (config.vocab_size = their count); it samples a column, run_round maps it
+  // back to the token id (head_ids_) and banned ids to columns (head_col_).
+  ModelWeights head_w_;
+  std::vector<int32_t> head_ids_, head_col_;
+  Tensor q_index_;
   std::unique_ptr<ModelRunner> runner_;
   std::vector<SampledRow> sampled_;
   int max_seqs_ = 0, k_max_ = 0, max_round_tokens_ = 0;

@@ -175,7 +175,9 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
     }
   }
   std::vector<SpecVerifyResult> vres;
-  if (!vrows.empty()) runner_->spec_verify_rows(spec_p_, draft_ ? draft_->q() : Tensor{}, vrows, vres);
+  if (!vrows.empty())
+    runner_->spec_verify_rows(spec_p_, draft_ ? draft_->q() : Tensor{}, vrows, vres,
+                              draft_ ? draft_->q_index() : Tensor{});
   const double t_verify = now_seconds() - t0;
   adapt_->verify.add(double(out.n_tokens), t_verify);
   scheduler_->on_step_done(out);

@@ -12,9 +12,14 @@ void spec_verify(Context& ctx, SpecVerifyOutputs& out, const Tensor& logits, con
   GRPO_CHECK_F32(ctx, P);
   GRPO_CHECK_MSG(logits.ndim == 2 && P.ndim == 2 && P.shape[0] == logits.shape[0] && P.shape[1] == logits.shape[1],
                  "spec_verify: logits and P must both be (R_p, V)");
+  if (rows.q_index.defined()) {
+    GRPO_CHECK_I32(ctx, rows.q_index);
+    GRPO_CHECK_MSG(rows.q_index.numel() == P.shape[1], "spec_verify: q_index must be (V) with P's V");
+  }
   if (Q.defined()) {
     GRPO_CHECK_F32(ctx, Q);
-    GRPO_CHECK_MSG(Q.ndim == 2 && Q.shape[1] == P.shape[1], "spec_verify: Q must be (R_q, V) with P's V");
+    GRPO_CHECK_MSG(Q.ndim == 2 && (rows.q_index.defined() ? Q.shape[1] <= P.shape[1] : Q.shape[1] == P.shape[1]),
+                   "spec_verify: Q must be (R_q, V) with P's V, or (R_q, V_q) with a q_index");
   }
   const int64_t N = rows.draft.numel();
   GRPO_CHECK_I32(ctx, rows.p_rows);

@@ -6,7 +6,10 @@
 //   p      row p_rows[i] of P (R_p, V) f32: the target's processed distribution
 //          (sample_tokens' `probs` output: 0 for ids not kept)
 //   q      row q_rows[i] of Q (R_q, V) f32: the draft's processed distribution, or, when
-//          q_rows[i] < 0, the point mass at x (a deterministic proposer such as prompt lookup)
+//          q_rows[i] < 0, the point mass at x (a deterministic proposer such as prompt lookup).
+//          With q_index (a draft over a subset of the vocabulary, SpeculativeOptions::
+//          draft_vocab_ids) Q is (R_q, V_q) and q(j) = Q[q_rows[i], q_index[j]], 0 where
+//          q_index[j] < 0
 //   x      draft[i] in [0, V)
 //   accept u_a · q(x) < p(x), u_a = sampling_uniform(spec_accept_key(key[i]), pos[i])
 //   token  x when accepted, else the inverse CDF in ascending id order over
@@ -35,6 +38,7 @@ struct SpecVerifyRows {
   Tensor draft;   // (N) i32
   Tensor rng_key; // (N) i64: the request's sampling key (sampling_row_key)
   Tensor rng_pos; // (N) i64: completion index of the position
+  Tensor q_index; // (V) i32: column of Q of each id, < 0 = not in the draft's vocabulary (empty: Q is (R_q, V))
 };
 
 struct SpecVerifyOutputs {
@@ -47,7 +51,7 @@ struct SpecVerifyOutputs {
 }  // namespace grpo
 
 #define GRPO_SPEC_VERIFY_OPS                                                                      \
-  /* logits, P (R_p, V) f32; Q (R_q, V) f32 (may be empty when every q_rows < 0) -> out (N) */   \
+  /* logits, P (R_p, V) f32; Q (R_q, V or V_q) f32 (may be empty when every q_rows < 0) -> out (N) */   \
   void spec_verify(Context& ctx, SpecVerifyOutputs& out, const Tensor& logits, const Tensor& P, \
                    const Tensor& Q, const SpecVerifyRows& rows);
 

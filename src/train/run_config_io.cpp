@@ -94,6 +94,8 @@ std::vector<Field> fields_of(RunConfig& c) {
       {"engine.speculative.adaptive", &g.speculative.adaptive},
       {"engine.speculative.probe_every", &g.speculative.probe_every},
       {"engine.speculative.acceptance", enum_ref(&g.speculative.acceptance, spec_acceptance_names())},
+      {"engine.speculative.draft_vocab", &g.speculative.draft_vocab},
+      {"engine.speculative.draft_vocab_size", &g.speculative.draft_vocab_size},
       {"train.steps", &t.steps}, {"train.lr", &t.lr}, {"train.lr_schedule", enum_ref(&t.lr_schedule, lr_schedule_names())},
       {"train.warmup_steps", &t.warmup_steps}, {"train.weight_decay", &t.weight_decay},
       {"train.weight_decay_all", &t.weight_decay_all},

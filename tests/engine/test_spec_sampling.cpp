@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
+#include <string>
 
 #include "engine/engine.h"
 #include "engine_test_util.h"
@@ -239,79 +241,128 @@ std::map<int32_t, double> next_dist(Engine& eng, const std::vector<int32_t>& pro
   return d;
 }
 
+// The target's joint distribution of the first two completion tokens after a prompt that
+// repeats itself after the likely next tokens (so that prompt lookup finds the sampled token 0
+// earlier in the sequence and proposes token 1, a point-mass q), read from the plain engine.
+struct JointCase {
+  std::vector<int32_t> prompt;
+  std::map<std::pair<int32_t, int32_t>, double> joint;
+  std::map<std::pair<int32_t, int32_t>, float> raw_lp;
+  std::vector<std::pair<int32_t, int32_t>> keys;
+  std::vector<double> expect;
+};
+
+const JointCase& joint_case() {
+  static JointCase* c = [] {
+    const std::vector<int32_t> base = {1, 403, 407, 261, 378};
+    ContextOptions co;
+    co.deterministic = true;
+    Context ctx(co);
+    auto* jc = new JointCase;
+    jc->prompt = base;
+    Engine plain(ctx, stories().w, stories().tok.get(), engine_opts());
+    for (auto [t, pt] : next_dist(plain, base)) jc->prompt.push_back(t);
+    jc->prompt.insert(jc->prompt.end(), base.begin(), base.end());
+    for (auto [t0, p0] : next_dist(plain, jc->prompt)) {
+      std::vector<int32_t> pr = jc->prompt;
+      pr.push_back(t0);
+      for (auto [t1, p1] : next_dist(plain, pr)) jc->joint[{t0, t1}] = p0 * p1;
+      auto raw = plain.generate({pr}, sp(0, 1, 8, /*processed=*/false));
+      for (auto [id, lp] : raw.value()[0].top_logprobs[0]) jc->raw_lp[{t0, id}] = lp;
+    }
+    for (auto& [k, v] : jc->joint) {
+      jc->keys.push_back(k);
+      jc->expect.push_back(v);
+    }
+    return jc;
+  }();
+  return *c;
+}
+
+// 8000 seeds through a speculative engine with k = 1: the (token 0, token 1) counts must follow
+// the target's joint (chi-square), the logprobs of token 1 must be the target's. Returns the
+// acceptance rate.
+double check_joint(const EngineOptions& eo, const ModelWeights* draft, const std::string& label) {
+  const JointCase& jc = joint_case();
+  ContextOptions co;
+  co.deterministic = true;
+  Context ctx(co);
+  const int64_t n = 8000;
+  Engine eng(ctx, stories().w, stories().tok.get(), eo, nullptr, draft);
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < n; ++i) ids.push_back(eng.add_request(jc.prompt, sp(uint64_t(i) + 77, 3)).value());
+  std::vector<RequestOutput> outs;
+  while (eng.has_unfinished())
+    for (auto& o : eng.step()) outs.push_back(std::move(o));
+  EXPECT_EQ(int64_t(outs.size()), n) << label;
+  std::vector<int64_t> counts(jc.keys.size(), 0);
+  for (const RequestOutput& o : outs) {
+    const std::pair<int32_t, int32_t> k{o.completion_ids[0], o.completion_ids[1]};
+    auto it = std::lower_bound(jc.keys.begin(), jc.keys.end(), k);
+    if (it == jc.keys.end() || *it != k) {
+      ADD_FAILURE() << label << ": a pair outside the target's support was emitted";
+      return 0;
+    }
+    ++counts[size_t(it - jc.keys.begin())];
+    double p0 = 0;
+    for (auto& [kk, v] : jc.joint)
+      if (kk.first == k.first) p0 += v;
+    EXPECT_NEAR(o.logprobs_processed[1], std::log(jc.joint.at(k) / p0), 1e-4) << label;
+    EXPECT_NEAR(o.logprobs_raw[1], jc.raw_lp.at(k), 1e-4) << label;
+  }
+  const auto [stat, df] = chi2(jc.expect, counts, n);
+  const double r = double(eng.stats().spec_accepted) / double(std::max<int64_t>(1, eng.stats().spec_proposed));
+  std::printf("[spec] %s: chi2 %.1f (df %d, limit %.1f), proposed %lld, acceptance %.4f\n", label.c_str(), stat, df,
+              chi2_crit(df), (long long)eng.stats().spec_proposed, r);
+  EXPECT_LT(stat, chi2_crit(df)) << label;
+  EXPECT_GT(eng.stats().spec_proposed, n / 4) << label << ": too few drafted positions to test anything";
+  return r;
+}
+
+EngineOptions spec_opts(SpecMethod m, SpecAcceptance acc) {
+  EngineOptions eo = engine_opts();
+  eo.speculative.method = m;
+  eo.speculative.num_speculative_tokens = 1;
+  eo.speculative.adaptive = false;
+  eo.speculative.acceptance = acc;
+  return eo;
+}
+
 }  // namespace
 
 // At the first drafted position (completion token 1; token 0 comes from the prefill step),
 // the joint distribution of (token 0, token 1) over 8000 seeds must be the target's, with a
 // related draft model (speculative sampling's residual path) and prompt lookup (point mass).
 TEST(SpecSampling, EngineOutputsFollowTheTargetAtADraftedPosition) {
-  const std::vector<int32_t> base = {1, 403, 407, 261, 378};
-  ContextOptions co;
-  co.deterministic = true;
-  Context ctx(co);
-  std::map<std::pair<int32_t, int32_t>, double> joint;
-  std::map<std::pair<int32_t, int32_t>, float> raw_lp;
-  // The prompt repeats itself after the likely next tokens, so that prompt lookup finds the
-  // sampled token 0 earlier in the sequence and proposes token 1 (a point-mass q).
-  std::vector<int32_t> prompt = base;
-  {
-    Engine plain(ctx, stories().w, stories().tok.get(), engine_opts());
-    for (auto [t, pt] : next_dist(plain, base)) prompt.push_back(t);
-    prompt.insert(prompt.end(), base.begin(), base.end());
-    for (auto [t0, p0] : next_dist(plain, prompt)) {
-      std::vector<int32_t> pr = prompt;
-      pr.push_back(t0);
-      for (auto [t1, p1] : next_dist(plain, pr)) joint[{t0, t1}] = p0 * p1;
-      auto raw = plain.generate({pr}, sp(0, 1, 8, /*processed=*/false));
-      for (auto [id, lp] : raw.value()[0].top_logprobs[0]) raw_lp[{t0, id}] = lp;
-    }
-  }
-  std::vector<std::pair<int32_t, int32_t>> keys;
-  std::vector<double> expect;
-  for (auto& [k, v] : joint) {
-    keys.push_back(k);
-    expect.push_back(v);
-  }
-  const int64_t n = 8000;
-  double rate[2] = {0, 0};
   for (SpecMethod m : {SpecMethod::draft, SpecMethod::ngram}) {
+    double rate[2] = {0, 0};
     for (SpecAcceptance acc : {SpecAcceptance::rejection, SpecAcceptance::match}) {
-      EngineOptions eo = engine_opts();
-      eo.speculative.method = m;
-      eo.speculative.num_speculative_tokens = 1;
-      eo.speculative.adaptive = false;
-      eo.speculative.acceptance = acc;
-      Engine eng(ctx, stories().w, stories().tok.get(), eo, nullptr, m == SpecMethod::draft ? &related_draft() : nullptr);
-      std::vector<int64_t> ids;
-      for (int64_t i = 0; i < n; ++i) ids.push_back(eng.add_request(prompt, sp(uint64_t(i) + 77, 3)).value());
-      std::vector<RequestOutput> outs;
-      while (eng.has_unfinished())
-        for (auto& o : eng.step()) outs.push_back(std::move(o));
-      ASSERT_EQ(int64_t(outs.size()), n);
-      std::vector<int64_t> counts(keys.size(), 0);
-      for (const RequestOutput& o : outs) {
-        const std::pair<int32_t, int32_t> k{o.completion_ids[0], o.completion_ids[1]};
-        auto it = std::lower_bound(keys.begin(), keys.end(), k);
-        ASSERT_TRUE(it != keys.end() && *it == k) << "a pair outside the target's support was emitted";
-        ++counts[size_t(it - keys.begin())];
-        EXPECT_NEAR(o.logprobs_processed[1], std::log(joint[k] / [&] {
-                      double p0 = 0;
-                      for (auto& [kk, v] : joint)
-                        if (kk.first == k.first) p0 += v;
-                      return p0;
-                    }()),
-                    1e-4);
-        EXPECT_NEAR(o.logprobs_raw[1], raw_lp[k], 1e-4);
-      }
-      const auto [stat, df] = chi2(expect, counts, n);
-      const double r = double(eng.stats().spec_accepted) / double(std::max<int64_t>(1, eng.stats().spec_proposed));
-      std::printf("[spec] %s, %s: chi2 %.1f (df %d, limit %.1f), proposed %lld, acceptance %.4f\n",
-                  spec_method_name(m), acc == SpecAcceptance::rejection ? "rejection" : "match", stat, df,
-                  chi2_crit(df), (long long)eng.stats().spec_proposed, r);
-      EXPECT_LT(stat, chi2_crit(df)) << spec_method_name(m);
-      EXPECT_GT(eng.stats().spec_proposed, n / 4) << "too few drafted positions to test anything";
-      rate[acc == SpecAcceptance::rejection ? 0 : 1] = r;
+      const std::string label = std::string(spec_method_name(m)) + (acc == SpecAcceptance::rejection ? ", rejection" : ", match");
+      rate[acc == SpecAcceptance::rejection ? 0 : 1] =
+          check_joint(spec_opts(m, acc), m == SpecMethod::draft ? &related_draft() : nullptr, label);
     }
     EXPECT_GE(rate[0], rate[1]) << spec_method_name(m) << ": speculative sampling accepted less than the match rule";
+  }
+}
+
+// A draft vocabulary (FR-Spec) that leaves out half of the target's likely second tokens: the
+// draft's q is 0 there, so those tokens can only come from the residual draw (rejection) or
+// the target's own sample (match); the outputs must still follow the target exactly.
+TEST(SpecSampling, EngineOutputsFollowTheTargetWithADraftVocabulary) {
+  const JointCase& jc = joint_case();
+  std::set<int32_t> second;
+  for (auto& [k, v] : jc.joint) second.insert(k.second);
+  std::set<int32_t> dropped;
+  int i = 0;
+  for (int32_t t : second)
+    if (i++ % 2 == 0) dropped.insert(t);
+  std::vector<int32_t> kept;
+  for (int32_t id = 0; id < stories().w.config.vocab_size; ++id)
+    if (!dropped.count(id)) kept.push_back(id);
+  for (SpecAcceptance acc : {SpecAcceptance::rejection, SpecAcceptance::match}) {
+    EngineOptions eo = spec_opts(SpecMethod::draft, acc);
+    eo.speculative.draft_vocab_ids = kept;
+    check_joint(eo, &related_draft(), acc == SpecAcceptance::rejection ? "draft vocabulary, rejection"
+                                                                        : "draft vocabulary, match");
   }
 }

@@ -9,10 +9,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <memory>
 
 #include "engine/engine.h"
+#include "engine/engine_config.h"
 #include "engine/ngram_index.h"
 #include "engine/speculative.h"
 #include "engine_test_util.h"
@@ -460,6 +462,105 @@ TEST(Speculative, ConfigErrorsNameTheKey) {
   a.vocab_size = 512;
   b.vocab_size = 513;
   EXPECT_NE(spec_check_draft(a, b, 64).message().find("vocab_size"), std::string::npos);
+}
+
+// A draft vocabulary (FR-Spec, SpeculativeOptions::draft_vocab_ids): the draft's LM head keeps
+// two thirds of the ids. Outputs stay plain decoding's (greedy and the match rule, with
+// filters); the target as its own draft is accepted exactly where its own token is a kept id.
+TEST(Speculative, DraftVocabularyKeepsOutputsExact) {
+  std::vector<int32_t> kept;
+  for (int32_t id = 0; id < stories().w.config.vocab_size; ++id)
+    if (id % 3 != 1) kept.push_back(id);
+  auto with_vocab = [&](EngineOptions eo) {
+    eo.speculative.draft_vocab_ids = kept;
+    return eo;
+  };
+  const SamplingParams g = params(0.f, 40, 1);
+  const SpecRun plain = run(opts(), g);
+  const SpecRun self = run(with_vocab(spec(opts(), SpecMethod::draft, 4)), g, &stories().w);
+  expect_same(plain, self, "draft = target, draft vocabulary");
+  expect_same(plain, run(with_vocab(spec(opts(), SpecMethod::draft, 3)), g, &random_draft()),
+              "random draft, draft vocabulary");
+  // Greedy self-draft: each draft equals the target's argmax unless that id was left out, so a
+  // drafted position is accepted iff the token plain decoding emits there is kept.
+  int64_t proposed = 0, accepted = 0;
+  for (const RequestOutput& o : self.out) {
+    proposed += o.telemetry.spec_proposed;
+    accepted += o.telemetry.spec_accepted;
+  }
+  EXPECT_GT(proposed, 0);
+  EXPECT_GT(accepted, 0);
+  EXPECT_LT(accepted, proposed) << "some emitted tokens are outside the draft vocabulary";
+  for (int variant = 0; variant < 2; ++variant) {
+    SamplingParams p = params(0.8f, 32, 21 + uint64_t(variant), 2);
+    if (variant == 1) {
+      p.top_k = 20;
+      p.top_p = 0.9f;
+    }
+    const SpecRun sp_plain = run(opts(), p);
+    expect_same(sp_plain, run(with_vocab(spec(opts(), SpecMethod::draft, 4)), p, &stories().w),
+                "draft = target, draft vocabulary, sampled");
+    expect_same(sp_plain, run(with_vocab(spec(opts(), SpecMethod::draft, 2)), p, &random_draft()),
+                "random draft, draft vocabulary, sampled");
+  }
+  // Every id kept: the column mapping is the identity, so speculative sampling (whose outputs
+  // depend on q) draws exactly what the full-vocabulary draft draws.
+  std::vector<int32_t> all(size_t(stories().w.config.vocab_size));
+  for (size_t i = 0; i < all.size(); ++i) all[i] = int32_t(i);
+  EngineOptions full = spec(opts(), SpecMethod::draft, 3, false, SpecAcceptance::rejection), mapped = full;
+  mapped.speculative.draft_vocab_ids = all;
+  const SamplingParams t1 = params(1.f, 32, 8, 2);
+  const SpecRun a = run(full, t1, &random_draft()), b = run(mapped, t1, &random_draft());
+  expect_same(a, b, "every id kept, rejection");
+  EXPECT_EQ(a.stats.spec_accepted, b.stats.spec_accepted);
+}
+
+// engine.speculative.draft_vocab files: both forms, the first draft_vocab_size ids, and errors
+// that name the key and the problem.
+TEST(Speculative, DraftVocabularyFileAndErrors) {
+  const std::string dir = ::testing::TempDir();
+  auto write = [&](const std::string& name, const std::string& text) {
+    const std::string path = dir + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  };
+  SpeculativeOptions o;
+  o.method = SpecMethod::draft;
+  o.draft_vocab = write("dv_array.json", "[7, 3, 9, 1]");
+  ASSERT_TRUE(spec_resolve_draft_vocab(o, 16).ok());
+  EXPECT_EQ(o.draft_vocab_ids, (std::vector<int32_t>{1, 3, 7, 9}));
+  SpeculativeOptions first2 = o;
+  first2.draft_vocab_ids.clear();
+  first2.draft_vocab = write("dv_object.json", R"({"token_ids": [7, 3, 9, 1], "counts": [9, 8, 7, 6]})");
+  first2.draft_vocab_size = 2;
+  ASSERT_TRUE(spec_resolve_draft_vocab(first2, 16).ok());
+  EXPECT_EQ(first2.draft_vocab_ids, (std::vector<int32_t>{3, 7})) << "the first two of the file, ascending";
+  auto err = [&](const std::string& text, int size = 0) {
+    SpeculativeOptions b;
+    b.method = SpecMethod::draft;
+    b.draft_vocab = text.empty() ? dir + "/missing.json" : write("dv_bad.json", text);
+    b.draft_vocab_size = size;
+    const Status st = spec_resolve_draft_vocab(b, 16);
+    EXPECT_FALSE(st.ok()) << text;
+    return st.message();
+  };
+  EXPECT_NE(err("").find("engine.speculative.draft_vocab"), std::string::npos);
+  EXPECT_NE(err("[1, 2").find("invalid JSON"), std::string::npos);
+  EXPECT_NE(err("[1, 16]").find("outside the vocabulary [0, 16)"), std::string::npos);
+  EXPECT_NE(err("[1, 2, 1]").find("appears twice"), std::string::npos);
+  EXPECT_NE(err("[1, \"a\"]").find("not an integer"), std::string::npos);
+  EXPECT_NE(err("[]").find("non-empty"), std::string::npos);
+  EXPECT_NE(err("[1, 2]", 3).find("draft_vocab_size = 3"), std::string::npos);
+  // Config-level checks: a draft vocabulary needs a draft model.
+  EngineConfig c;
+  c.speculative.method = SpecMethod::ngram;
+  c.speculative.draft_vocab = "v.json";
+  EXPECT_NE(c.validate().message().find("engine.speculative.draft_vocab"), std::string::npos);
+  c.speculative.method = SpecMethod::draft;
+  c.speculative.draft_model = "d";
+  c.speculative.draft_vocab.clear();
+  c.speculative.draft_vocab_size = 8;
+  EXPECT_NE(c.validate().message().find("needs speculative.draft_vocab"), std::string::npos);
 }
 
 // Engine::step's token events (grpo serve's streaming) under speculative decoding:

@@ -81,10 +81,13 @@ TEST(CudaSpecVerify, DenseProbsMatchCpu) {
   EXPECT_TRUE(close("probs", d.probs_gpu, d.probs_cpu, Tol{1e-7, 1e-4}));
 }
 
-TEST(CudaSpecVerify, VerifyMatchesCpu) {
-  GRPO_SKIP_WITHOUT_CUDA();
+namespace {
+
+// spec_verify on the CPU with a dense Q (Rp, V) and on CUDA with Q_gpu: the same dense Q, or
+// (q_index given) its kept columns (Rp, V_q) with q_index mapping ids to columns.
+void verify_parity(const Dists& p, const std::vector<float>& Q, const std::vector<float>& Q_gpu, int64_t Vq,
+                   const std::vector<int32_t>* q_index) {
   const int64_t Rp = 8, V = 151936, N = 256;
-  const Dists p = make_probs(Rp, V, 11), q = make_probs(Rp, V, 12);
   std::mt19937 rng(3);
   std::vector<int32_t> pr(static_cast<size_t>(N)), qr(static_cast<size_t>(N)), dr(static_cast<size_t>(N));
   std::vector<int64_t> key(static_cast<size_t>(N)), pos(static_cast<size_t>(N));
@@ -100,37 +103,26 @@ TEST(CudaSpecVerify, VerifyMatchesCpu) {
     key[size_t(i)] = int64_t(sampling_row_key(99, uint64_t(i)));
     pos[size_t(i)] = i;
   }
-  auto run = [&](Context& ctx, Device devc, const std::vector<float>& P, const std::vector<float>& Q,
-                 std::vector<int32_t>& tok, std::vector<int32_t>& acc, std::vector<float>& lr, std::vector<float>& lp) {
-    tok.assign(size_t(N), -7);
-    acc.assign(size_t(N), -7);
-    lr.assign(size_t(N), 0.f);
-    lp.assign(size_t(N), 0.f);
-    if (devc == Device::cpu) {
-      std::vector<float> z = p.z, Pm = P, Qm = Q;
-      SpecVerifyRows r{host_i32(pr, {N}), host_i32(qr, {N}), host_i32(dr, {N}),
-                       tensor_borrow(key.data(), DType::i64, Device::cpu, {N}),
-                       tensor_borrow(pos.data(), DType::i64, Device::cpu, {N})};
-      SpecVerifyOutputs o{host_i32(tok, {N}), host_i32(acc, {N}), host(lr, {N}), host(lp, {N})};
-      cpu::spec_verify(ctx, o, host(z, {Rp, V}), host(Pm, {Rp, V}), host(Qm, {Rp, V}), r);
-      return;
-    }
-    SpecVerifyRows r{dev_int(pr, DType::i32, {N}), dev_int(qr, DType::i32, {N}), dev_int(dr, DType::i32, {N}),
-                     dev_int(key, DType::i64, {N}), dev_int(pos, DType::i64, {N})};
-    SpecVerifyOutputs o{dev_int(tok, DType::i32, {N}), dev_int(acc, DType::i32, {N}), poisoned(DType::f32, {N}),
-                        poisoned(DType::f32, {N})};
-    cuda::spec_verify(ctx, o, dev(p.z, DType::f32, {Rp, V}), dev(P, DType::f32, {Rp, V}), dev(Q, DType::f32, {Rp, V}),
-                      r);
-    tok = fetch_i32(o.token);
-    acc = fetch_i32(o.accepted);
-    lr = fetch(o.lp_raw);
-    lp = fetch(o.lp_proc);
-  };
-  // Both backends get the same (CPU) distributions, so only spec_verify itself is compared.
-  std::vector<int32_t> tc, ac, tg, ag;
-  std::vector<float> lrc, lpc, lrg, lpg;
-  run(cpu_ctx(), Device::cpu, p.probs_cpu, q.probs_cpu, tc, ac, lrc, lpc);
-  run(gpu_ctx(), Device::cuda, p.probs_cpu, q.probs_cpu, tg, ag, lrg, lpg);
+  std::vector<int32_t> tc(static_cast<size_t>(N), -7), ac(static_cast<size_t>(N), -7);
+  std::vector<float> lrc(static_cast<size_t>(N)), lpc(static_cast<size_t>(N));
+  {
+    std::vector<float> z = p.z, Pm = p.probs_cpu, Qm = Q;
+    SpecVerifyRows r{host_i32(pr, {N}), host_i32(qr, {N}), host_i32(dr, {N}),
+                     tensor_borrow(key.data(), DType::i64, Device::cpu, {N}),
+                     tensor_borrow(pos.data(), DType::i64, Device::cpu, {N})};
+    SpecVerifyOutputs o{host_i32(tc, {N}), host_i32(ac, {N}), host(lrc, {N}), host(lpc, {N})};
+    cpu::spec_verify(cpu_ctx(), o, host(z, {Rp, V}), host(Pm, {Rp, V}), host(Qm, {Rp, V}), r);
+  }
+  SpecVerifyRows r{dev_int(pr, DType::i32, {N}), dev_int(qr, DType::i32, {N}), dev_int(dr, DType::i32, {N}),
+                   dev_int(key, DType::i64, {N}), dev_int(pos, DType::i64, {N})};
+  if (q_index) r.q_index = dev_int(*q_index, DType::i32, {V});
+  SpecVerifyOutputs o{dev_int(std::vector<int32_t>(size_t(N), -7), DType::i32, {N}),
+                      dev_int(std::vector<int32_t>(size_t(N), -7), DType::i32, {N}), poisoned(DType::f32, {N}),
+                      poisoned(DType::f32, {N})};
+  cuda::spec_verify(gpu_ctx(), o, dev(p.z, DType::f32, {Rp, V}), dev(p.probs_cpu, DType::f32, {Rp, V}),
+                    dev(Q_gpu, DType::f32, {Rp, Vq}), r);
+  const std::vector<int32_t> tg = fetch_i32(o.token), ag = fetch_i32(o.accepted);
+  const std::vector<float> lrg = fetch(o.lp_raw), lpg = fetch(o.lp_proc);
   int n_diff = 0, n_acc = 0, n_rej = 0;
   for (int64_t i = 0; i < N; ++i) {
     EXPECT_EQ(ac[size_t(i)], ag[size_t(i)]) << "accept flag of row " << i;
@@ -146,6 +138,42 @@ TEST(CudaSpecVerify, VerifyMatchesCpu) {
   EXPECT_LE(n_diff, 2) << "residual draws differ in more rows than bucket-edge rounding explains";
   EXPECT_GT(n_acc, 0);
   EXPECT_GT(n_rej, 0);
+}
+
+}  // namespace
+
+TEST(CudaSpecVerify, VerifyMatchesCpu) {
+  GRPO_SKIP_WITHOUT_CUDA();
+  const Dists p = make_probs(8, 151936, 11), q = make_probs(8, 151936, 12);
+  // Both backends get the same (CPU) distributions, so only spec_verify itself is compared.
+  verify_parity(p, q.probs_cpu, q.probs_cpu, 151936, nullptr);
+}
+
+// A draft vocabulary (FR-Spec): q over a third of the ids (those of q's rows' top ids among
+// them), renormalised, given to CUDA as (Rp, V_q) columns with a q_index, to the CPU as the
+// dense (Rp, V) rows with zeros elsewhere: the same test either way.
+TEST(CudaSpecVerify, DraftVocabularyColumnsMatchDenseRows) {
+  GRPO_SKIP_WITHOUT_CUDA();
+  const int64_t Rp = 8, V = 151936;
+  const Dists p = make_probs(Rp, V, 11), q = make_probs(Rp, V, 12);
+  std::vector<int32_t> q_index(size_t(V), -1), ids;
+  for (int64_t v = 0; v < V; ++v)
+    if (v % 3 == 0 || p.probs_cpu[size_t(v)] > 0) {  // keep row 0's support too, so drafts are accepted
+      q_index[size_t(v)] = int32_t(ids.size());
+      ids.push_back(int32_t(v));
+    }
+  const int64_t Vq = int64_t(ids.size());
+  std::vector<float> dense(size_t(Rp * V), 0.f), cols(size_t(Rp * Vq), 0.f);
+  for (int64_t r = 0; r < Rp; ++r) {
+    double sum = 0;
+    for (int32_t id : ids) sum += q.probs_cpu[size_t(r * V + id)];
+    for (int64_t c = 0; c < Vq; ++c) {
+      const float v = sum > 0 ? float(q.probs_cpu[size_t(r * V + ids[size_t(c)])] / sum) : 0.f;
+      cols[size_t(r * Vq + c)] = v;
+      dense[size_t(r * V + ids[size_t(c)])] = v;
+    }
+  }
+  verify_parity(p, dense, cols, Vq, &q_index);
 }
 
 #else

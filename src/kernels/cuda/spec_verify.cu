@@ -58,7 +58,7 @@ __device__ long long block_max_l(long long v, VerifyShared& sh) {
 
 __global__ void __launch_bounds__(kThreads) spec_verify_kernel(
     const float* __restrict__ logits, const float* __restrict__ P, const float* __restrict__ Q, int64_t V,
-    const int32_t* __restrict__ p_rows, const int32_t* __restrict__ q_rows, const int32_t* __restrict__ draft,
+    int64_t Vq, const int32_t* __restrict__ q_index, const int32_t* __restrict__ p_rows, const int32_t* __restrict__ q_rows, const int32_t* __restrict__ draft,
     const int64_t* __restrict__ rng_key, const int64_t* __restrict__ rng_pos, int32_t* __restrict__ token,
     int32_t* __restrict__ accepted, float* __restrict__ lp_raw, float* __restrict__ lp_proc) {
   __shared__ VerifyShared sh;
@@ -67,10 +67,15 @@ __global__ void __launch_bounds__(kThreads) spec_verify_kernel(
   const int32_t qr = q_rows[i];
   const int32_t x = draft[i];
   const float* p = P + pr * V;
-  const float* q = qr >= 0 ? Q + int64_t(qr) * V : nullptr;
+  const float* q = qr >= 0 ? Q + int64_t(qr) * Vq : nullptr;
   const float* z = logits + pr * V;
   const uint64_t key = uint64_t(rng_key[i]), pos = uint64_t(rng_pos[i]);
-  auto qv = [&](int64_t j) -> double { return q ? double(q[j]) : (j == x ? 1.0 : 0.0); };
+  auto qv = [&](int64_t j) -> double {
+    if (!q) return j == x ? 1.0 : 0.0;
+    if (!q_index) return double(q[j]);
+    const int32_t c = q_index[j];
+    return c < 0 ? 0.0 : double(q[c]);
+  };
   auto wv = [&](int64_t j) -> double { return fmax(0.0, double(p[j]) - qv(j)); };
 
   float m = -FLT_MAX;
@@ -137,7 +142,8 @@ void spec_verify(Context& ctx, SpecVerifyOutputs& out, const Tensor& logits, con
   const int64_t N = rows.draft.numel(), V = P.shape[1];
   GRPO_CHECK_MSG(N <= int64_t(INT32_MAX), "spec_verify: too many rows");
   spec_verify_kernel<<<unsigned(N), kThreads, 0, stream_of(ctx)>>>(
-      logits.ptr<float>(), P.ptr<float>(), Q.defined() ? Q.ptr<float>() : nullptr, V, rows.p_rows.ptr<int32_t>(),
+      logits.ptr<float>(), P.ptr<float>(), Q.defined() ? Q.ptr<float>() : nullptr, V, Q.defined() ? Q.shape[1] : 0,
+      rows.q_index.defined() ? rows.q_index.ptr<int32_t>() : nullptr, rows.p_rows.ptr<int32_t>(),
       rows.q_rows.ptr<int32_t>(), rows.draft.ptr<int32_t>(), rows.rng_key.ptr<int64_t>(),
       rows.rng_pos.ptr<int64_t>(), out.token.ptr<int32_t>(), out.accepted.ptr<int32_t>(), out.lp_raw.ptr<float>(),
       out.lp_proc.ptr<float>());
