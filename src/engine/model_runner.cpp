@@ -178,7 +178,7 @@ ForwardBatch ModelRunner::batch_view(int T, int S, int R, int max_context) {
 // Host-side batch for the step, padded with dummy decode rows up to padded_T
 // (graph replays); uploads it. Returns through members. With allow_prefill_tiles
 // (eager steps only) a mostly-prefill step also gets its query tile list.
-void ModelRunner::fill_inputs(const SchedulerOutput& step, int padded_T, bool allow_prefill_tiles) {
+void ModelRunner::fill_inputs(const SchedulerOutput& step, int padded_T, bool allow_prefill_tiles, bool graph) {
   const int bs = opt_.block_size, MB = max_blocks_per_seq_;
   const int S = int(step.seqs.size());
   h_tokens_.clear();
@@ -214,6 +214,9 @@ void ModelRunner::fill_inputs(const SchedulerOutput& step, int padded_T, bool al
     h_logit_rows_.push_back(t);
     std::fill(h_block_table_.begin() + int64_t(t) * MB, h_block_table_.begin() + int64_t(t + 1) * MB, 0);
   }
+  // A graph computes logits for each of its rows: with fewer sampled rows than tokens (short
+  // chunks) the rest repeat row 0, after the sampled ones.
+  while (graph && int(h_logit_rows_.size()) < padded_T) h_logit_rows_.push_back(0);
   const int S_pad = std::max(S, padded_T > T ? padded_T : S);
   upload(ctx_, d_tokens_, h_tokens_, padded_T);
   upload(ctx_, d_positions_, h_positions_, padded_T);
@@ -258,17 +261,21 @@ void ModelRunner::run_forward(const SchedulerOutput& step) {
   // (a row per sequence) and speculative verify steps (k + 1 rows of one sequence): the
   // graph's kernels index every row's sequence and position through the step buffers, and
   // each layer writes all rows' K/V before its attention reads them.
-  bool graphable = R == T && T > 0;
+  // With graph_short_chunks (a draft model's round 1: each sequence's few catch-up tokens, the
+  // last one sampled) rows that want no logits ride along: the graph computes logits for all
+  // of its rows, the sampled rows first (fill_inputs), and the sampler reads those.
+  bool graphable = T > 0 && (R == T || (graph_short_chunks_ && R <= T));
   for (int s = 0; graphable && s < S; ++s) {
     const ScheduledSeq& ss = step.seqs[size_t(s)];
-    graphable = ss.seq->lora == opt_.lora && ss.start() + ss.n_new - 1 < opt_.cuda_graph_max_context;  // one adapter
+    graphable = ss.seq->lora == opt_.lora && ss.start() + ss.n_new - 1 < opt_.cuda_graph_max_context &&  // one adapter
+                (R == T || ss.n_new <= kShortChunk);
   }
   if (graphs_ && graphable) {
     int B = 0;
     for (int b : opt_.cuda_graph_batch_sizes)
       if (b >= T && graphs_->has(b)) { B = b; break; }
     if (B > 0) {
-      fill_inputs(step, B, false);
+      fill_inputs(step, B, false, /*graph=*/true);
       graphs_->launch(B);
       ++n_graph_replays_;
       return;
@@ -299,7 +306,7 @@ void ModelRunner::capture_graphs() {
   SchedulerOutput empty;
   for (int B : opt_.cuda_graph_batch_sizes) {
     if (B > max_T_ || B > max_R_) break;
-    fill_inputs(empty, B, false);  // all rows dummy: nothing is written to the cache; no tiles
+    fill_inputs(empty, B, false, /*graph=*/true);  // all rows dummy: nothing is written to the cache; no tiles
     ForwardBatch batch = batch_view(B, B, B, opt_.cuda_graph_max_context);
     Tensor logits = d_logits_.slice0(0, B);
     const bool ok = graphs_->capture(B, [&] { transformer_forward(ctx_, w_, cache_, rope_, batch, scratch_, logits); });

@@ -93,6 +93,10 @@ class ModelRunner {
   // The largest LoRA rank the forward's scratch holds (adapters set into slots later must fit).
   int lora_rank_capacity() const { return scratch_.lora_r; }
   int vocab_size() const { return w_.config.vocab_size; }
+  // Steps whose sequences each bring at most kShortChunk tokens, only the last sampled, replay
+  // the decode graphs too (logits for every row; a draft model's catch-up rounds). Off by default.
+  static constexpr int kShortChunk = 8;
+  void set_graph_short_chunks(bool on) { graph_short_chunks_ = on; }
 
   size_t kv_bytes_per_block() const { return cache_.bytes_per_block(); }
   const EngineOptions& options() const { return opt_; }
@@ -118,7 +122,8 @@ class ModelRunner {
                     std::vector<float>& lp_mine, std::vector<float>& lp_theirs);
 
  private:
-  void fill_inputs(const SchedulerOutput& step, int padded_T, bool allow_prefill_tiles);
+  // graph: padded to a graph of padded_T rows, whose logits rows are then padded_T too.
+  void fill_inputs(const SchedulerOutput& step, int padded_T, bool allow_prefill_tiles, bool graph = false);
   ForwardBatch batch_view(int T, int S, int R, int max_context);
   void run_forward(const SchedulerOutput& step);
   void sample(const std::vector<RowSampling>& rows, std::vector<SampledRow>& out, const Tensor* probs = nullptr);
@@ -170,6 +175,7 @@ class ModelRunner {
   std::vector<int32_t> h_prefill_tiles_;         // h_tiles_ flattened for the upload
   std::unique_ptr<DecodeGraphs> graphs_;
   int64_t n_graph_replays_ = 0;
+  bool graph_short_chunks_ = false;
 };
 
 }  // namespace grpo

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <iterator>
 #include <cmath>
+#include <cstdlib>
 
 #include <nlohmann/json.hpp>
 
@@ -191,8 +192,12 @@ double SpecAdaptive::relax_seq(double alpha, double prior) {
   return alpha + kRelax * (std::clamp(prior, 0.0, 1.0) - alpha);
 }
 
-// Plans considered: the m sequences of highest expected acceptance draft k tokens each, the
-// others none, for every k in [1, k_max] and m in [1, B]. With n = m · k drafts the step costs
+// Plans considered: every sequence that can draft (cap > 0, α > 0: m of the B) drafts
+// min(k, cap) tokens, for every k in [1, k_max], or none drafts. Plans that draft for a subset
+// of the batch are not considered: the batch's rollout ends with its slowest sequence, so
+// speeding up some sequences saves little while every drafting step costs more than a plain
+// one (measured, H200: with the best-acceptance half of 64 sequences drafting, 0.94× plain;
+// all or none, 1.18×). With n = m · k drafts the step costs
 //   verify(B + n)              one target forward over every scheduled token (a CUDA-graph
 //                              replay up to 512 rows)
 //   + draft(m) · k             draft round 1 (steady state: one catch-up token) and k − 1
@@ -221,10 +226,10 @@ std::vector<int> SpecAdaptive::decide(const std::vector<double>& alpha, bool has
       if ((ks[by[i]] = std::min(k_probe, cap(by[i]))) > 0) ++n;
     return ks;
   };
-  // The warm-up measures full-k drafting for up to kWarmupSeqs sequences (drafting all of a
-  // large batch would cost a verify forward of B·(k + 1) tokens and a draft model's catch-up of
-  // every context: several plain steps' time; plans for more sequences grow from there through
-  // SpecStepTimes::predict's doubling, each measured when it runs). A probe
+  // The warm-up measures full-k drafting for up to kWarmupSeqs sequences, then for the whole
+  // batch (a verify forward of B·(k + 1) tokens and the draft model's catch-up of every context:
+  // a few plain steps' time, once; without it the verify cost of whole-batch plans would be an
+  // extrapolation, which over-estimated it about 2.5× at 64 sequences). A probe
   // while drafting is off re-measures acceptance cheaply: k <= kProbeK drafts for the
   // kProbeSeqs sequences with the best acceptance.
   constexpr int kWarmupSeqs = 8, kProbeSeqs = 8, kProbeK = 2;
@@ -239,7 +244,7 @@ std::vector<int> SpecAdaptive::decide(const std::vector<double>& alpha, bool has
     return ks;
   }
   if (warmup_probes_ > 0 || verify.empty() || (has_draft && draft.empty()))
-    return probe(Branch::warmup_probe, kWarmupSeqs, k_max_);
+    return probe(Branch::warmup_probe, warmup_probes_ == 1 ? B : kWarmupSeqs, k_max_);
   // gain: expected extra tokens of sequence s from k drafts.
   auto gain = [&](size_t s, int k) {
     double e = 0, run = 1;
@@ -258,12 +263,15 @@ std::vector<int> SpecAdaptive::decide(const std::vector<double>& alpha, bool has
   const double plain_rate = double(B) / plain_t;
   double best_rate = plain_rate * 1.02;
   int best_k = 0, best_m = 0;
+  int n_elig = 0;
+  for (size_t s = 0; s < a1.size(); ++s) n_elig += a1[s] > 0;
   for (int k = 1; k <= k_max_; ++k) {
     double e = B;
     for (int m = 1; m <= B; ++m) {
       const size_t s = order[size_t(m - 1)];
       if (a1[s] <= 0) break;  // nothing (or nothing acceptable) to propose from here on
       e += gain(s, k);
+      if (m < n_elig) continue;  // whole-batch plans only (see above)
       double cost = verify.predict(double(B + m * k)) + overhead_;
       if (has_draft) cost += k * draft.predict(m);
       // A drafting step does a plain step's work and more: measurement noise must not make
@@ -413,6 +421,9 @@ SpecDraft::SpecDraft(Context& ctx, const ModelWeights& draft, EngineOptions eo, 
   max_seqs_ = eo.max_num_seqs;
   k_max_ = eo.speculative.num_speculative_tokens;
   runner_ = std::make_unique<ModelRunner>(ctx, *run_w, eo, geo);
+  // Round 1's catch-up tokens replay the decode graphs (GRPO_DRAFT_CATCHUP_GRAPHS=0: eager, to compare).
+  const char* e = std::getenv("GRPO_DRAFT_CATCHUP_GRAPHS");
+  runner_->set_graph_short_chunks(!(e && std::string(e) == "0"));
 }
 
 void SpecDraft::keep_distributions(bool on) {

@@ -34,9 +34,10 @@
 // for prefix-cache hits (a block may have been filled while the draft lagged): a sequence
 // starts, and restarts after preemption, with draft_computed = 0.
 //
-// Adaptive k (SpecAdaptive::plan): per step the engine picks, for each decode-ready
-// sequence, k_s in [0, k_max] to maximise expected emitted tokens per second of the step.
-// A sequence's expected tokens are E_s(k) = 1 + Σ_{j≤k} α_s^j with α_s its own EMA of
+// Adaptive k (SpecAdaptive::plan): per step the engine picks one k in [0, k_max] for the
+// whole batch (each decode-ready sequence drafts min(k, its cap); a subset never drafts alone:
+// the batch ends with its slowest sequence) to maximise expected emitted tokens per second of
+// the step. A sequence's expected tokens are E_s(k) = 1 + Σ_{j≤k} α_s^j with α_s its own EMA of
 // per-position acceptance (until measured: 1 + Σ_{j≤k} Π_{i≤j} α_i, the engine-wide EMA
 // by draft position). Step costs are measured wall times, not a model: an EMA per size
 // bucket of plain decode steps (by batch size; CUDA-graph replays), of verify forwards (by
@@ -47,7 +48,8 @@
 // runs the missing tokens through the draft in one batched prefill (round 1). While a
 // sequence does not draft, its α_s relaxes toward the engine-wide α (10% a step), so a
 // streak of misses does not keep it from drafting for the rest of its life. The warm-up
-// (two steps after plain decoding is measured) drafts full k for up to 8 sequences. While off,
+// (two steps after plain decoding is measured) drafts full k for up to 8 sequences, then for
+// the whole batch. While off,
 // a probe step (k ≤ 2 for the 8 sequences of best acceptance) re-measures α and the
 // verify cost; the probe interval starts at probe_every (2·probe_every when the first
 // decision after the warm-up is plain) and quadruples after every probe that does not make
