@@ -200,8 +200,12 @@ double SpecAdaptive::relax_seq(double alpha, double prior) {
 // all or none, 1.18×). With n = m · k drafts the step costs
 //   verify(B + n)              one target forward over every scheduled token (a CUDA-graph
 //                              replay up to 512 rows)
-//   + draft(m) · k             draft round 1 (steady state: one catch-up token) and k − 1
-//                              proposal rounds over the m drafting sequences
+//   + draft(m + lag)           draft round 1: one token per sequence, plus the tokens the draft
+//                              has not seen since they last drafted (catch_up; a whole step's
+//                              cost, so a batch that stopped drafting restarts only when that
+//                              pays: sporadic drafting with long catch-ups lost 10% at 64
+//                              sequences, H200)
+//   + draft(m) · (k − 1)       k − 1 proposal rounds over the m drafting sequences
 //   + overhead                 the rest of a drafting step (add_overhead)
 // and emits Σ_s E_s(k_s) tokens, against plain decoding's B tokens in plain(B): measured times
 // of the plain engine's whole step at this batch size (a CUDA-graph replay), which is what
@@ -209,7 +213,7 @@ double SpecAdaptive::relax_seq(double alpha, double prior) {
 // and the comparison turns drafting off there even at high acceptance. A plan must beat plain
 // decoding by 2%, so noise in the measurements does not flip a step to a loss.
 std::vector<int> SpecAdaptive::decide(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap,
-                                     int64_t since_spec, Branch* branch) const {
+                                     const std::vector<int>& catch_up, int64_t since_spec, Branch* branch) const {
   const int B = int(alpha.size());
   std::vector<int> ks(size_t(B), 0);
   *branch = Branch::unmeasured;
@@ -264,7 +268,12 @@ std::vector<int> SpecAdaptive::decide(const std::vector<double>& alpha, bool has
   double best_rate = plain_rate * 1.02;
   int best_k = 0, best_m = 0;
   int n_elig = 0;
-  for (size_t s = 0; s < a1.size(); ++s) n_elig += a1[s] > 0;
+  double lag = 0;  // round 1's tokens beyond one per drafting sequence (the draft's catch-up)
+  for (size_t s = 0; s < a1.size(); ++s)
+    if (a1[s] > 0) {
+      ++n_elig;
+      if (s < catch_up.size()) lag += std::max(0, catch_up[s] - 1);
+    }
   for (int k = 1; k <= k_max_; ++k) {
     double e = B;
     for (int m = 1; m <= B; ++m) {
@@ -273,7 +282,7 @@ std::vector<int> SpecAdaptive::decide(const std::vector<double>& alpha, bool has
       e += gain(s, k);
       if (m < n_elig) continue;  // whole-batch plans only (see above)
       double cost = verify.predict(double(B + m * k)) + overhead_;
-      if (has_draft) cost += k * draft.predict(m);
+      if (has_draft) cost += draft.predict(m + lag) + (k - 1) * draft.predict(m);
       // A drafting step does a plain step's work and more: measurement noise must not make
       // it look cheaper (it would then "win" with no accepted drafts at all).
       cost = std::max(cost, plain_t);
@@ -351,10 +360,11 @@ Status spec_resolve_draft_vocab(SpeculativeOptions& o, int vocab_size) {
   return ok_status();
 }
 
-std::vector<int> SpecAdaptive::plan(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap) {
+std::vector<int> SpecAdaptive::plan(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap,
+                                    const std::vector<int>& catch_up) {
   ++since_spec_;
   Branch b;
-  std::vector<int> ks = decide(alpha, has_draft, k_cap, since_spec_, &b);
+  std::vector<int> ks = decide(alpha, has_draft, k_cap, catch_up, since_spec_, &b);
   switch (b) {
     case Branch::unmeasured:
       break;
@@ -384,9 +394,9 @@ std::vector<int> SpecAdaptive::plan(const std::vector<double>& alpha, bool has_d
 }
 
 std::vector<int> SpecAdaptive::preview(const std::vector<double>& alpha, bool has_draft,
-                                      const std::vector<int>& k_cap) const {
+                                      const std::vector<int>& k_cap, const std::vector<int>& catch_up) const {
   Branch b;
-  return decide(alpha, has_draft, k_cap, since_spec_ + 1, &b);
+  return decide(alpha, has_draft, k_cap, catch_up, since_spec_ + 1, &b);
 }
 
 // ---- draft runner ----

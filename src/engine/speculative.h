@@ -121,13 +121,16 @@ class SpecAdaptive {
   SpecAdaptive(int k_max, int probe_every);
   // k per decode-ready sequence from its own acceptance EMA (alpha[s] < 0: not measured yet,
   // the engine-wide per-position α is used); k_cap[s] (optional): drafts s can have at most
-  // (prompt lookup: its proposal's length). All zeros = run a plain step. See plan() in
-  // speculative.cpp for the rule.
-  std::vector<int> plan(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap = {});
+  // (prompt lookup: its proposal's length). catch_up[s] (optional, draft models): tokens the
+  // draft must run for s before it can propose (Sequence::draft_computed's lag, at least 1).
+  // All zeros = run a plain step. See plan() in speculative.cpp for the rule.
+  std::vector<int> plan(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap = {},
+                        const std::vector<int>& catch_up = {});
   // What plan() with these caps would return this step, without counting the step. With
   // caps at their upper bound it tells which sequences' proposals are worth computing at all
   // (prompt lookup: its index upkeep), all zeros when none is.
-  std::vector<int> preview(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap = {}) const;
+  std::vector<int> preview(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap = {},
+                           const std::vector<int>& catch_up = {}) const;
   // Outcome of one verified sequence: it proposed k and the first `accepted` matched.
   void observe(int k, int accepted);
   // A sequence's own acceptance EMA (Sequence::spec_alpha; < 0 = none yet: it starts from
@@ -158,7 +161,7 @@ class SpecAdaptive {
  private:
   enum class Branch { unmeasured, plain, warmup_probe, draft, interval_probe };
   std::vector<int> decide(const std::vector<double>& alpha, bool has_draft, const std::vector<int>& k_cap,
-                          int64_t since_spec, Branch* branch) const;
+                          const std::vector<int>& catch_up, int64_t since_spec, Branch* branch) const;
   int k_max_, probe_every_, probe_interval_, warmup_probes_ = 2;
   bool decided_ = false;  // a decision after the warm-up probes was made
   std::vector<double> alpha_;

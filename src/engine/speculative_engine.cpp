@@ -25,6 +25,7 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
   std::vector<Sequence*> ready;                 // decode-ready, in running order
   std::vector<double> ready_alpha;
   std::vector<int> ready_cap;                   // drafts each could have at most
+  std::vector<int> ready_lag;                   // draft model: tokens its round 1 runs for each
   std::vector<std::vector<int32_t>> ready_prop; // n-gram proposals
   for (Sequence* s : scheduler_->running()) {
     pending += s->n_total() - s->n_computed;
@@ -37,6 +38,7 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
                         s->max_total - s->n_total() - 1});
     if (draft_ && s->n_total() - s->draft_computed + cap > draft_->max_round_tokens()) cap = 0;
     ready_cap.push_back(std::max(0, cap));
+    if (draft_) ready_lag.push_back(s->n_total() - s->draft_computed);
   }
   if (so.method == SpecMethod::ngram) {
     // Prompt lookup: a proposal caps its sequence's k at its length. Proposals are computed
@@ -55,7 +57,7 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
   }
   int spare_tokens = opt_.max_num_batched_tokens - pending;
   int draft_tokens = draft_ ? draft_->max_round_tokens() : 0;
-  std::vector<int> k_plan = so.adaptive ? adapt_->plan(ready_alpha, draft_ != nullptr, ready_cap) : ready_cap;
+  std::vector<int> k_plan = so.adaptive ? adapt_->plan(ready_alpha, draft_ != nullptr, ready_cap, ready_lag) : ready_cap;
   std::vector<Sequence*> planned;
   int catch_up_tokens = 0;  // the draft's round-1 tokens and later rounds' (the debug log)
   for (size_t i = 0; i < ready.size(); ++i) {
