@@ -317,10 +317,10 @@ TEST(Speculative, AdaptivePlansOneKForTheWholeBatch) {
   const std::vector<int> kc = a->plan(alpha, true, cap);
   for (size_t s = 0; s < 16; ++s) EXPECT_EQ(kc[s], s == 3 ? 0 : 4) << s;
   // Round 1 runs what the draft has not seen: one token each (steady state) drafts as above; a
-  // lag of 40 tokens each (640 round-1 tokens, about 4.6 ms at the measured 0.116 ms per 16)
-  // makes the step a loss.
+  // lag of 160 tokens each (a quarter of it charged: 16 + 636 round-1 tokens, about 4.7 ms at
+  // the measured 0.116 ms per 16) makes the step a loss.
   EXPECT_EQ(a->plan(alpha, true, {}, std::vector<int>(16, 1))[0], 4);
-  for (int v : a->plan(alpha, true, {}, std::vector<int>(16, 40))) EXPECT_EQ(v, 0) << "the draft's catch-up";
+  for (int v : a->plan(alpha, true, {}, std::vector<int>(16, 160))) EXPECT_EQ(v, 0) << "the draft's catch-up";
   auto b = measured(16e-3, 0, 1e-3, 1e-6, 0);  // compute-bound: 1 ms per token
   for (int v : b->plan(std::vector<double>(16, 0.9), true)) EXPECT_EQ(v, 0);
   // A sequence's EMA starts from the engine-wide α: a first miss lowers it, never to 0.
