@@ -197,17 +197,14 @@ double SpecAdaptive::relax_seq(double alpha, double prior) {
 // min(k, cap) tokens, for every k in [1, k_max], or none drafts. Plans that draft for a subset
 // of the batch are not considered: the batch's rollout ends with its slowest sequence, so
 // speeding up some sequences saves little while every drafting step costs more than a plain
-// one (measured, H200: with the best-acceptance half of 64 sequences drafting, 0.94× plain;
-// all or none, 1.18×). With n = m · k drafts the step costs
+// one (docs/speculative.md, Adaptive k, has the measurements). With n = m · k drafts the step
+// costs
 //   verify(B + n)              one target forward over every scheduled token (a CUDA-graph
 //                              replay up to 512 rows)
 //   + draft(m + lag)           draft round 1: one token per sequence, plus a quarter of the
 //                              tokens the draft has not seen since they last drafted (catch_up):
-//                              paid once, the catch-up serves the drafting steps that follow.
-//                              Measured at 64 sequences (H200, one trained pair, one call):
-//                              charging none drafted sporadically with long catch-ups (0.91× to
-//                              1.08× over calls), charging all of it never restarted drafting
-//                              (0.99×; fixed k = 4 there: 1.16×), a quarter 0.99× / 1.05×
+//                              paid once, the catch-up serves the drafting steps that follow
+//                              (the measurements behind the quarter: docs/speculative.md)
 //   + draft(m) · (k − 1)       k − 1 proposal rounds over the m drafting sequences
 //   + overhead                 the rest of a drafting step (add_overhead)
 // and emits Σ_s E_s(k_s) tokens, against plain decoding's B tokens in plain(B): measured times
