@@ -210,6 +210,7 @@ class Engine {
   bool tandem_on_ = false;
   std::unique_ptr<SpecDraft> draft_;
   std::unique_ptr<SpecAdaptive> adapt_;
+  int ngram_skip_ = 0, ngram_backoff_ = 0;  // prompt lookup: plain steps left without lookups, and the next such run
   Tensor spec_p_;  // (max logit rows, V) f32: the target's processed distributions (speculative sampling)
   std::unordered_map<int64_t, std::unique_ptr<Sequence>> seqs_;
   std::unordered_map<int64_t, std::unique_ptr<Decoder>> decoders_;

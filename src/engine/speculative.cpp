@@ -236,7 +236,10 @@ std::vector<int> SpecAdaptive::decide(const std::vector<double>& alpha, bool has
   // extrapolation, which over-estimated it about 2.5× at 64 sequences). A probe
   // while drafting is off re-measures acceptance cheaply: k <= kProbeK drafts for the
   // kProbeSeqs sequences with the best acceptance.
-  constexpr int kWarmupSeqs = 8, kProbeSeqs = 8, kProbeK = 2;
+  // kWarmupWholeMax: the second warm-up step drafts the whole batch up to this many sequences
+  // (128 · (k + 1) rows: the verify graphs' 512-row range at k = 3; a GRPO batch of 512 would
+  // cost an eager verify of 2,560 rows and a catch-up of every context).
+  constexpr int kWarmupSeqs = 8, kWarmupWholeMax = 128, kProbeSeqs = 8, kProbeK = 2;
   constexpr double kCatchUpShare = 0.25;  // of round 1's catch-up tokens charged to this step (below)
   if (has_draft && !draft_can_pay()) {
     *branch = Branch::plain;
@@ -249,7 +252,7 @@ std::vector<int> SpecAdaptive::decide(const std::vector<double>& alpha, bool has
     return ks;
   }
   if (warmup_probes_ > 0 || verify.empty() || (has_draft && draft.empty()))
-    return probe(Branch::warmup_probe, warmup_probes_ == 1 ? B : kWarmupSeqs, k_max_);
+    return probe(Branch::warmup_probe, warmup_probes_ == 1 ? std::min(B, kWarmupWholeMax) : kWarmupSeqs, k_max_);
   // gain: expected extra tokens of sequence s from k drafts.
   auto gain = [&](size_t s, int k) {
     double e = 0, run = 1;

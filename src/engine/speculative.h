@@ -49,7 +49,7 @@
 // sequence does not draft, its α_s relaxes toward the engine-wide α (10% a step), so a
 // streak of misses does not keep it from drafting for the rest of its life. The warm-up
 // (two steps after plain decoding is measured) drafts full k for up to 8 sequences, then for
-// the whole batch. While off,
+// the whole batch up to 128. While off,
 // a probe step (k ≤ 2 for the 8 sequences of best acceptance) re-measures α and the
 // verify cost; the probe interval starts at probe_every (2·probe_every when the first
 // decision after the warm-up is plain) and quadruples after every probe that does not make

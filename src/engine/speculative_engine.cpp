@@ -40,18 +40,30 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
     ready_cap.push_back(std::max(0, cap));
     if (draft_) ready_lag.push_back(s->n_total() - s->draft_computed);
   }
+  bool ngram_looked = false;  // proposals were computed this step
   if (so.method == SpecMethod::ngram) {
     // Prompt lookup: a proposal caps its sequence's k at its length. Proposals are computed
     // only for the sequences the adaptive plan would let draft with full-length proposals
     // (none while it would not draft at all, the 8 of a probe), so plain steps cost what
     // plain ones do and a probe does not bring every sequence's index up to date (the index
     // catches up on the tokens it missed when its sequence drafts).
+    // After proposals the plan turned down (too few sequences had a match for drafting to
+    // pay), the next 1, 2, 4, .. 64 steps skip them and run plain: with whole-batch plans the
+    // preview's full-length caps can promise a win every step that the matches then do not
+    // give, and each such step looks up every sequence (at 64 greedy sequences on a random
+    // target prompt lookup drafted 1 of 128 steps and ran 0.95× plain, H200; this backoff
+    // is not measured on the GPU yet).
+    if (so.adaptive && ngram_skip_ > 0) {
+      --ngram_skip_;
+      return step_plain(events);
+    }
     const std::vector<int> wants = so.adaptive ? adapt_->preview(ready_alpha, false, ready_cap) : ready_cap;
     for (size_t i = 0; i < ready.size(); ++i) {
       Sequence* s = ready[i];
-      ready_prop.push_back(wants[i] > 0 && ready_cap[i] > 0
-                               ? s->ngram.propose(s->tokens, so.ngram_min, so.ngram_max, ready_cap[i])
-                               : std::vector<int32_t>{});
+      const bool look = wants[i] > 0 && ready_cap[i] > 0;
+      ngram_looked |= look;
+      ready_prop.push_back(look ? s->ngram.propose(s->tokens, so.ngram_min, so.ngram_max, ready_cap[i])
+                                : std::vector<int32_t>{});
       ready_cap[i] = int(ready_prop.back().size());
     }
   }
@@ -83,7 +95,11 @@ std::vector<RequestOutput> Engine::step_speculative(std::vector<TokenEvent>* eve
   }
   // k = 0 everywhere: the plain engine's step (its CUDA graphs and sampler); a draft model
   // lags and catches up the next time it drafts.
-  if (planned.empty()) return step_plain(events);
+  if (planned.empty()) {
+    if (ngram_looked && so.adaptive) ngram_skip_ = ngram_backoff_ = std::min(64, std::max(1, 2 * ngram_backoff_));
+    return step_plain(events);
+  }
+  ngram_backoff_ = 0;
 
   auto strip = [](Sequence* s) {
     if (s->n_spec == 0) return;
