@@ -118,7 +118,14 @@ Result<EngineOptions> engine_flags_options(const EngineConfig& cfg, Device dev, 
     mem.weights = w.arena.nbytes() + (draft ? draft->arena.nbytes() : 0);
     mem.other = used > mem.weights ? used - mem.weights : 0;
   }
-  return engine_options_from_config(cfg, dev, w.config, dt, mem, default_max_num_seqs);
+  auto eo = engine_options_from_config(cfg, dev, w.config, dt, mem, default_max_num_seqs);
+  if (eo.ok()) return eo;
+  // The draft vocabulary file is read here: name its flags, not the config keys.
+  std::string m = eo.status().message();
+  for (const auto& [key, flag] : {std::pair<const char*, const char*>{"engine.speculative.draft_vocab_size", "--draft-vocab-size"},
+                                  {"engine.speculative.draft_vocab", "--draft-vocab"}})
+    if (m.rfind(key, 0) == 0) return error_status(flag + m.substr(std::strlen(key)));
+  return eo;
 }
 
 }  // namespace grpo::cli

@@ -209,6 +209,17 @@ TEST(GenerateCli, SpeculativeFlags) {
   CmdResult draft = run_grpo(base + "--spec draft --draft-model " + model + " --k 2");
   ASSERT_EQ(draft.code, 0) << draft.output;
   EXPECT_NE(draft.output.find("[generate] speculative draft:"), std::string::npos) << draft.output;
+  EXPECT_EQ(completion(plain.output), completion(draft.output));
+  // A draft vocabulary (every id of a 2-id file: drafts only those) keeps the completion; a
+  // missing file is an error naming the flag.
+  const std::string dv = ::testing::TempDir() + "/draft_vocab_cli.json";
+  std::ofstream(dv) << "[0, 1]";
+  CmdResult vocab = run_grpo(base + "--spec draft --draft-model " + model + " --k 2 --draft-vocab " + dv);
+  ASSERT_EQ(vocab.code, 0) << vocab.output;
+  EXPECT_EQ(completion(plain.output), completion(vocab.output));
+  CmdResult no_vocab = run_grpo(base + "--spec draft --draft-model " + model + " --draft-vocab " + dv + ".missing");
+  EXPECT_EQ(no_vocab.code, 1);
+  EXPECT_NE(no_vocab.output.find("--draft-vocab = \""), std::string::npos) << no_vocab.output;
   CmdResult no_draft = run_grpo(base + "--spec draft");
   EXPECT_EQ(no_draft.code, 1);
   EXPECT_NE(no_draft.output.find("--draft-model"), std::string::npos) << no_draft.output;
@@ -228,7 +239,8 @@ TEST(TrainCli, ListKeysShowsEngineKeysAndAllowedValues) {
                            "rollout.ignore_eos\n", "rollout.min_new_tokens\n", "train.activation_recompute\n",
                            "train.micro_batch_tokens\n", "train.lr_schedule  (constant, linear, cosine)\n",
                            "engine.speculative.method  (off, draft, ngram)\n", "engine.speculative.draft_model\n",
-                           "engine.speculative.acceptance  (rejection, match)\n",
+                           "engine.speculative.acceptance  (rejection, match)\n", "engine.speculative.draft_vocab\n",
+                           "engine.speculative.draft_vocab_size\n",
                            "tandem.strategy  (token, chunk, word)\n", "rollout.server_url\n",
                            "rollout.server_timeout_s\n", "rollout.server_max_concurrency\n",
                            "rollout.server_on_failure  (error, local)\n"})
