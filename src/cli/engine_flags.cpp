@@ -73,21 +73,23 @@ void add_engine_flags(CLI::App* app, EngineConfig* c) {
       ->group(gs);
 }
 
+// [engine.speculative] keys and their flags (the flags do not follow the key names).
+static const std::pair<const char*, const char*> kSpecFlags[] = {
+    {"speculative.method", "spec"},
+    {"speculative.draft_model", "draft-model"},
+    {"speculative.num_speculative_tokens", "num-speculative-tokens"},
+    {"speculative.ngram_min", "ngram-min"},
+    {"speculative.ngram_max", "ngram-max"},
+    {"speculative.adaptive", "no-adaptive-spec"},
+    {"speculative.probe_every", "spec-probe-every"},
+    {"speculative.acceptance", "spec-acceptance"},
+    {"speculative.draft_vocab_size", "draft-vocab-size"},
+    {"speculative.draft_vocab", "draft-vocab"}};
+
 Status engine_flags_validate(const EngineConfig& c) {
   Status s = c.validate("");
   if (s.ok()) return s;
   // "block_size = 0: ..." -> "--block-size = 0: ..."; [engine.speculative] keys have their own flags.
-  static const std::pair<const char*, const char*> kSpecFlags[] = {
-      {"speculative.method", "spec"},
-      {"speculative.draft_model", "draft-model"},
-      {"speculative.num_speculative_tokens", "num-speculative-tokens"},
-      {"speculative.ngram_min", "ngram-min"},
-      {"speculative.ngram_max", "ngram-max"},
-      {"speculative.adaptive", "no-adaptive-spec"},
-      {"speculative.probe_every", "spec-probe-every"},
-      {"speculative.acceptance", "spec-acceptance"},
-      {"speculative.draft_vocab_size", "draft-vocab-size"},
-      {"speculative.draft_vocab", "draft-vocab"}};
   std::string m = s.message();
   // Message text may name other keys too ("... but speculative.method = ..."): rename those first.
   for (const auto& [key, flag] : kSpecFlags)
@@ -120,11 +122,10 @@ Result<EngineOptions> engine_flags_options(const EngineConfig& cfg, Device dev, 
   }
   auto eo = engine_options_from_config(cfg, dev, w.config, dt, mem, default_max_num_seqs);
   if (eo.ok()) return eo;
-  // The draft vocabulary file is read here: name its flags, not the config keys.
-  std::string m = eo.status().message();
-  for (const auto& [key, flag] : {std::pair<const char*, const char*>{"engine.speculative.draft_vocab_size", "--draft-vocab-size"},
-                                  {"engine.speculative.draft_vocab", "--draft-vocab"}})
-    if (m.rfind(key, 0) == 0) return error_status(flag + m.substr(std::strlen(key)));
+  // The draft vocabulary file is read here: an error about a speculative key names its flag.
+  const std::string m = eo.status().message(), prefix = "engine.";
+  for (const auto& [key, flag] : kSpecFlags)
+    if (m.rfind(prefix + key, 0) == 0) return error_status(std::string("--") + flag + m.substr(prefix.size() + std::strlen(key)));
   return eo;
 }
 

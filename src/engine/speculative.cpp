@@ -262,52 +262,43 @@ std::vector<int> SpecAdaptive::decide(const std::vector<double>& alpha, bool has
     }
     return e;
   };
-  std::vector<size_t> order(static_cast<size_t>(B));
-  for (size_t s = 0; s < order.size(); ++s) order[s] = s;
-  std::vector<double> a1(static_cast<size_t>(B));
-  for (size_t s = 0; s < a1.size(); ++s) a1[s] = cap(s) <= 0 ? -1.0 : alpha[s] >= 0 ? alpha[s] : alpha_[1];
-  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return a1[x] > a1[y]; });
+  // The sequences that can draft: a cap above 0 and acceptance above 0.
+  std::vector<size_t> elig;
+  double lag = 0;  // round 1's tokens beyond one per drafting sequence (the draft's catch-up)
+  for (size_t s = 0; s < size_t(B); ++s) {
+    if (cap(s) <= 0 || (alpha[s] >= 0 ? alpha[s] : alpha_[1]) <= 0) continue;
+    elig.push_back(s);
+    if (s < catch_up.size()) lag += std::max(0, catch_up[s] - 1);
+  }
+  lag *= kCatchUpShare;
+  const double m = double(elig.size());
   const double plain_t = std::max(plain.predict(B), 1e-12);
   const double plain_rate = double(B) / plain_t;
   double best_rate = plain_rate * 1.02;
-  int best_k = 0, best_m = 0;
-  int n_elig = 0;
-  double lag = 0;  // round 1's tokens beyond one per drafting sequence (the draft's catch-up)
-  for (size_t s = 0; s < a1.size(); ++s)
-    if (a1[s] > 0) {
-      ++n_elig;
-      if (s < catch_up.size()) lag += std::max(0, catch_up[s] - 1);
-    }
-  lag *= kCatchUpShare;
-  for (int k = 1; k <= k_max_; ++k) {
+  int best_k = 0;
+  for (int k = 1; k <= k_max_ && !elig.empty(); ++k) {
     double e = B;
-    for (int m = 1; m <= B; ++m) {
-      const size_t s = order[size_t(m - 1)];
-      if (a1[s] <= 0) break;  // nothing (or nothing acceptable) to propose from here on
-      e += gain(s, k);
-      if (m < n_elig) continue;  // whole-batch plans only (see above)
-      double cost = verify.predict(double(B + m * k)) + overhead_;
-      if (has_draft) cost += draft.predict(m + lag) + (k - 1) * draft.predict(m);
-      // A drafting step does a plain step's work and more: measurement noise must not make
-      // it look cheaper (it would then "win" with no accepted drafts at all).
-      cost = std::max(cost, plain_t);
-      const double rate = e / std::max(cost, 1e-12);
-      if (log_level() <= LogLevel::debug && !catch_up.empty())
-        GRPO_LOG_DEBUG("speculative plan: B %d, k %d: %.1f tokens expected, %.3f ms (verify %.3f, draft round 1 "
-                       "%.3f with %.0f catch-up tokens, later rounds %.3f), %.3f x plain (%.3f ms)",
-                       B, k, e, 1e3 * cost, 1e3 * verify.predict(double(B + m * k)),
-                       has_draft ? 1e3 * draft.predict(m + lag) : 0.0, lag, has_draft ? 1e3 * draft.predict(m) : 0.0,
-                       rate / plain_rate, 1e3 * plain_t);
-      if (rate > best_rate) {
-        best_rate = rate;
-        best_k = k;
-        best_m = m;
-      }
+    for (size_t s : elig) e += gain(s, k);
+    double cost = verify.predict(double(B) + m * k) + overhead_;
+    if (has_draft) cost += draft.predict(m + lag) + (k - 1) * draft.predict(m);
+    // A drafting step does a plain step's work and more: measurement noise must not make
+    // it look cheaper (it would then "win" with no accepted drafts at all).
+    cost = std::max(cost, plain_t);
+    const double rate = e / std::max(cost, 1e-12);
+    if (log_level() <= LogLevel::debug && !catch_up.empty())
+      GRPO_LOG_DEBUG("speculative plan: B %d, k %d: %.1f tokens expected, %.3f ms (verify %.3f, draft round 1 "
+                     "%.3f with %.0f catch-up tokens, later rounds %.3f), %.3f x plain (%.3f ms)",
+                     B, k, e, 1e3 * cost, 1e3 * verify.predict(double(B) + m * k),
+                     has_draft ? 1e3 * draft.predict(m + lag) : 0.0, lag, has_draft ? 1e3 * draft.predict(m) : 0.0,
+                     rate / plain_rate, 1e3 * plain_t);
+    if (rate > best_rate) {
+      best_rate = rate;
+      best_k = k;
     }
   }
   if (best_k > 0) {
     *branch = Branch::draft;
-    for (int m = 0; m < best_m; ++m) ks[order[size_t(m)]] = std::min(best_k, cap(order[size_t(m)]));
+    for (size_t s : elig) ks[s] = std::min(best_k, cap(s));
     return ks;
   }
   if (since_spec >= probe_interval_) return probe(Branch::interval_probe, kProbeSeqs, kProbeK);
