@@ -35,16 +35,21 @@ RunConfig serve_config(const std::string& out, int steps) {
 TEST(TrainServe, ClientsGetTheLivePolicyWithMonotonePolicyVersions) {
   char tmpl[] = "/tmp/grpo_train_serve_XXXXXX";
   const std::string out = mkdtemp(tmpl);
-  // Enough rollout phases that a request posted while the first steps run is answered in one of
-  // them even on a loaded machine (3 steps ended before the first answer once in CI).
-  const int kSteps = 8;
-  RunConfig cfg = serve_config(out, kSteps);
-  std::atomic<int> port{0};
+  // The run may take up to kMaxSteps steps but stops (through the loop's stop signal, as on
+  // SIGINT) once clients were answered in three rollout phases' worth of requests and at least
+  // kMinSteps steps ran: a fixed small step count raced the first answer on a loaded 2-core CI.
+  const int kMaxSteps = 200, kMinSteps = 3;
+  RunConfig cfg = serve_config(out, kMaxSteps);
+  std::atomic<int> port{0}, answers{0}, stop{0};
   std::atomic<bool> done{false}, posting{false};
   TrainLoopOptions o;
   o.out_dir = out;
   o.n_threads = 2;
   o.console = nullptr;
+  o.stop_signal = &stop;
+  o.on_step = [&](int64_t step) {
+    if (step >= kMinSteps && answers >= 3) stop = 2;
+  };
   o.start_server = [&](EngineService& svc, const Tokenizer* tok, const ServerSection& s) -> Result<std::shared_ptr<void>> {
     ServerOptions so;
     so.host = s.host;
@@ -75,6 +80,7 @@ TEST(TrainServe, ClientsGetTheLivePolicyWithMonotonePolicyVersions) {
       json j = json::parse(r->body, nullptr, false);
       if (r->status == 200) {
         versions.push_back(j["policy_version"].get<int64_t>());
+        ++answers;
         EXPECT_EQ(r->get_header_value("X-Policy-Version"), std::to_string(versions.back()));
         EXPECT_EQ(j["choices"].size(), 2u);
       }
@@ -84,13 +90,15 @@ TEST(TrainServe, ClientsGetTheLivePolicyWithMonotonePolicyVersions) {
   done = true;
   client.join();
   ASSERT_TRUE(res.ok()) << res.status().message();
-  EXPECT_EQ(res.value().steps, kSteps);
-  ASSERT_FALSE(versions.empty()) << "no outside request was answered while training";
+  const int64_t steps = res.value().steps;
+  EXPECT_GE(steps, kMinSteps);
+  EXPECT_LE(steps, kMaxSteps);
+  ASSERT_FALSE(versions.empty()) << "no outside request was answered in " << steps << " steps of training";
   RecordProperty("answers", int(versions.size()));
   RecordProperty("last_version", int(versions.back()));
   for (int s : statuses) EXPECT_EQ(s, 200);
   for (size_t k = 1; k < versions.size(); ++k) EXPECT_LE(versions[k - 1], versions[k]);
-  EXPECT_LE(versions.back(), kSteps);
+  EXPECT_LE(versions.back(), steps);
   EXPECT_GE(versions.front(), 0);
   // One request waits for the next rollout phase, so a client that keeps asking sees
   // the weights of later steps too.
