@@ -20,6 +20,7 @@
 #include "engine/engine_config.h"
 #include "model/presets.h"
 #include "model/train_model.h"
+#include "tokenizer/tokenizer.h"
 #include "train/loop_rollout.h"
 #include "train/optimizer.h"
 #include "train/train_step.h"
@@ -77,6 +78,7 @@ nlohmann::json run_steps(Context& ctx, ModelWeights& w, const ModelWeights* part
     sp.ignore_eos = true;
     sp.seed = uint64_t(step + 1);
     ctx.synchronize();
+    const int64_t steps0 = engine.stats().steps, replays0 = engine.stats().graph_replays;
     const double t0 = now_seconds();
     auto outs = engine.generate(prompts, sp);
     if (!outs.ok()) {
@@ -109,14 +111,16 @@ nlohmann::json run_steps(Context& ctx, ModelWeights& w, const ModelWeights* part
     const double t2 = now_seconds();
     engine.reset_prefix_cache();
     const double t3 = now_seconds();
-    std::printf("  %s step %d: rollout %.3f s (%.0f tok/s)  train %.3f s  total %.3f s  trained tokens %.3f\n",
-                partner ? "tandem " : "vanilla", step, t1 - t0, gen / (t1 - t0), t2 - t1, t3 - t0,
-                partner ? trained / gen : 1.0);
+    const int64_t steps = engine.stats().steps - steps0, replays = engine.stats().graph_replays - replays0;
+    std::printf("  %s step %d: rollout %.3f s (%.0f tok/s, %lld engine steps, %lld graph replays)  train %.3f s  "
+                "total %.3f s  trained tokens %.3f\n",
+                partner ? "tandem " : "vanilla", step, t1 - t0, gen / (t1 - t0), (long long)steps, (long long)replays,
+                t2 - t1, t3 - t0, partner ? trained / gen : 1.0);
     last = {{"rollout_s", t1 - t0}, {"train_s", t2 - t1}, {"sync_s", t3 - t2}, {"seconds", t3 - t0},
             {"generated_tokens", gen}, {"rollout_tokens_per_s", gen / (t1 - t0)},
             {"trained_token_frac", partner ? trained / gen : 1.0},
             {"kv_blocks", engine.n_kv_blocks()}, {"kv_bytes_per_block", engine.kv_bytes_per_block()},
-            {"graph_replays", engine.stats().graph_replays},
+            {"graph_replays", engine.stats().graph_replays}, {"engine_steps", steps},
             {"device_bytes_engine_and_optimizer", device_used_bytes() - used0}};
   }
   *ok = true;
@@ -127,7 +131,7 @@ nlohmann::json run_steps(Context& ctx, ModelWeights& w, const ModelWeights* part
 
 int main(int argc, char** argv) {
   std::string preset = "qwen2.5-0.5b", partner = "same", device = "cuda", strategy = "token",
-              out_dir = "bench/results";
+              out_dir = "bench/results", tokenizer;
   int partner_layers = 0, partner_hidden = 0, partner_heads = 0, partner_kv_heads = 0, partner_ffn = 0;
   double p_trained = 0.5;
   Shape sh;
@@ -142,6 +146,7 @@ int main(int argc, char** argv) {
     else if (a == "--partner-kv-heads") partner_kv_heads = std::stoi(next());
     else if (a == "--partner-ffn") partner_ffn = std::stoi(next());
     else if (a == "--strategy") strategy = next();
+    else if (a == "--tokenizer") tokenizer = next();
     else if (a == "--p-trained") p_trained = std::stod(next());
     else if (a == "--device") device = next();
     else if (a == "--prompts") sh.n_prompts = std::stoi(next());
@@ -154,7 +159,7 @@ int main(int argc, char** argv) {
     else if (a == "--out-dir") out_dir = next();
     else {
       std::fprintf(stderr, "usage: bench_tandem [--preset P] [--partner same|PRESET] [--partner-layers L] "
-                           "[--partner-hidden H] [--partner-heads N] [--partner-kv-heads N] [--partner-ffn F] [--strategy token|chunk] [--p-trained p] [--device cuda|cpu] "
+                           "[--partner-hidden H] [--partner-heads N] [--partner-kv-heads N] [--partner-ffn F] [--strategy token|chunk|word] [--tokenizer DIR] [--p-trained p] [--device cuda|cpu] "
                            "[--prompts B] [--group G] [--prompt-len P] [--new N] [--steps S] [--kv-gb G] "
                            "[--no-graphs] [--out-dir D]\n");
       return 2;
@@ -178,12 +183,21 @@ int main(int argc, char** argv) {
     return 1;
   }
   auto strat = tandem_strategy_from_string(strategy);
-  if (!strat.ok() || strat.value() == TandemStrategy::word) {
-    std::fprintf(stderr, "bench_tandem: --strategy must be token or chunk (word needs a tokenizer; random weights have none)\n");
+  if (!strat.ok() || (strat.value() == TandemStrategy::word && tokenizer.empty())) {
+    std::fprintf(stderr, "bench_tandem: --strategy must be token, chunk or word (word: with --tokenizer DIR, the "
+                         "tokenizer whose token texts decide word starts, e.g. ../shared/data/tokenizers/qwen2)\n");
     return 2;
   }
   TandemOptions topt;
   topt.strategy = strat.value();
+  if (topt.strategy == TandemStrategy::word) {
+    auto tok = Tokenizer::load(tokenizer);
+    if (!tok.ok()) {
+      std::fprintf(stderr, "bench_tandem: --tokenizer: %s\n", tok.status().message().c_str());
+      return 1;
+    }
+    topt.token_flags = tandem_word_flags(tok.value(), cfg->vocab_size);
+  }
   topt.p_trained = p_trained;
   topt.chunk_size = 16;
   topt.seed = 1;
@@ -231,6 +245,7 @@ int main(int argc, char** argv) {
   if (partner_kv_heads) cmd += " --partner-kv-heads " + std::to_string(partner_kv_heads);
   if (partner_ffn) cmd += " --partner-ffn " + std::to_string(partner_ffn);
   cmd += " --strategy " + strategy + " --p-trained " + std::to_string(p_trained);
+  if (!tokenizer.empty()) cmd += " --tokenizer " + tokenizer;
   nlohmann::json metrics = tandem;
   metrics["policy_weight_bytes"] = policy_bytes;
   metrics["partner_weight_bytes"] = partner_bytes;

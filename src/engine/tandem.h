@@ -12,18 +12,18 @@
 //   - Prompt ranges (prefill chunks, recompute of a prompt after preemption) run
 //     through both models in the same step, so prompt blocks hold both pools' K/V and
 //     may be shared through the prefix cache (only prompt blocks are hashed).
-//   - The partner runs a decoding sequence only when its sample may be needed for the
-//     next token (tandem_may_need), first catching up on the tokens the trained model
-//     wrote since (Sequence::partner_computed; one batched range per sequence, which
-//     replays the decode graphs for short ranges).
+//   - The partner runs every decoding sequence from where its pool stops
+//     (Sequence::partner_computed: the tokens since its last step, one or two) and samples
+//     only where its token may be needed for the next token (tandem_may_need); the
+//     ranges are short enough for the decode graphs.
 //   - The trained model runs every scheduled sequence (its logits score every emitted
 //     token). When the partner's token was emitted in this step and the trained model
 //     may write the next one, its range takes the partner's token too, so the sequence
 //     emits two tokens in the step (partner, then trained).
 // Decode forwards read each model's weights once per step however many tokens they
-// carry, so a step of both costs about what the old lockstep step (both models on every
-// token) cost, while a sequence switching from the partner to the trained model
-// advances two tokens. On CUDA the partner runs on a context of its own (its own
+// carry, so a step costs about what a step of both models on one token per sequence
+// costs, while a sequence switching from the partner to the trained model advances two
+// tokens. On CUDA the partner runs on a context of its own (its own
 // stream, handles and a smaller workspace); each runner captures its own decode graphs.
 //
 // Owner of completion token i (u_i = uniform draws from tandem_key(seed, rng_key),
