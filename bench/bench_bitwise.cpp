@@ -7,6 +7,8 @@
 //   attn     attention forward: the packed tensor-core kernel (default) against the mode's
 //            cache write + per-token paged kernel (the engine's)
 //   logprob  token_logprobs_forward (LM head + log-sum-exp): cuBLASLt tiles against wgmma tiles
+//   decode   decode-sized products at 64..128 rows: linear_forward (the wgmma decode kernel up to
+//            64 rows, cuBLASLt above) against linear_wgmma_rows with one or two warpgroups
 // Prints a table; no JSON (a diagnostic for the step figure of tools/device/bitwise_bench.sh).
 #include <cstdio>
 
@@ -106,6 +108,27 @@ int main(int argc, char** argv) {
     if (g.qwen25) {
       tot_def += td * 24;
       tot_bi += tb * 24;
+    }
+  }
+  if (want("decode")) {
+    // Decode-sized products around the 64-row bound of the decode kernels: linear_forward (wgmma
+    // up to 64 rows, cuBLASLt above) against linear_wgmma_rows with one or two warpgroups.
+    for (const G& g : {G{"qkv", 1152, 896, false, true}, G{"o", 896, 896, true, true}, G{"gate_up", 9728, 896, false, true},
+                       G{"down", 896, 4864, true, true}, G{"q3.gu", 6144, 1024, false, false}}) {
+      const cuda::WgmmaGemmConfig h = cuda::wgmma_gemm_config(g.N, g.K);
+      for (int64_t m : {64, 72, 80, 96, 128}) {
+        Tensor x = randt(DType::bf16, {m, g.K}, 1), w = randt(DType::bf16, {g.N, g.K}, 2, 0.03f);
+        Tensor out = randt(DType::bf16, {m, g.N}, 3);
+        const double td = time_ms(def, [&] { linear_forward(def, out, x, w, nullptr, g.acc); });
+        std::printf("decode %-8s M %3lld  linear_forward %.4f ms", g.name, (long long)m, td);
+        struct P { int wg, nt, split, stages; };
+        for (const P& p : {P{1, 0, 0, 0}, P{2, 0, 0, 0}, P{2, 128, h.split, 0}, P{2, 64, h.split, 0}, P{2, 64, 1, 0}}) {
+          cuda::WgmmaGemmConfig c{p.nt, p.split, p.stages, p.wg};
+          const double t = time_ms(def, [&] { cuda::linear_wgmma_rows(def, out, x, w, nullptr, g.acc, c); });
+          std::printf("  wg%d/nt%d/sp%d %.4f", p.wg, p.nt, p.split, t);
+        }
+        std::printf("  (h: nt %d split %d stages %d)\n", h.nt, h.split, h.stages);
+      }
     }
   }
   if (want("attn")) {  // attention over S sequences of L tokens

@@ -94,7 +94,7 @@ int32_t BlockManager::take_fresh() {
 }
 
 void BlockManager::allocate(BlockTable& table, std::span<const int32_t> tokens, int n_hit, int n_target,
-                            uint64_t salt, int n_register) {
+                            uint64_t salt) {
   GRPO_CHECK_MSG(table.blocks.empty(), "allocate: the table already holds blocks");
   GRPO_CHECK(can_allocate(tokens, n_hit, n_target, salt));
   table = BlockTable{};
@@ -109,7 +109,7 @@ void BlockManager::allocate(BlockTable& table, std::span<const int32_t> tokens, 
     table.n_hashed = j + 1;
   }
   while (int(table.blocks.size()) < blocks_for(n_target)) table.blocks.push_back(take_fresh());
-  register_full_blocks(table, tokens, n_register >= 0 ? std::max(n_hit, std::min(n_register, n_target)) : n_target);
+  register_full_blocks(table, tokens, n_target);
 }
 
 bool BlockManager::can_append(const BlockTable& table, int n_target) const {

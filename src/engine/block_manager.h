@@ -56,9 +56,7 @@ class BlockManager {
   bool can_allocate(std::span<const int32_t> tokens, int n_hit, int n_target, uint64_t salt = 0) const;
   // Takes the hit blocks (refcount+1) and fresh ones up to n_target tokens, and
   // registers the full blocks within n_target. Precondition: can_allocate.
-  // n_register >= 0 caps the registered full blocks to the first n_register tokens (as append's).
-  void allocate(BlockTable& table, std::span<const int32_t> tokens, int n_hit, int n_target, uint64_t salt = 0,
-                int n_register = -1);
+  void allocate(BlockTable& table, std::span<const int32_t> tokens, int n_hit, int n_target, uint64_t salt = 0);
 
   // Grows an allocated table to cover n_target tokens (decode: one more token;
   // chunked prefill: the next chunk). tokens holds at least n_target ids.

@@ -96,8 +96,6 @@ Engine::Engine(Context& ctx, ModelWeights& w, const Tokenizer* tok, EngineOption
   scheduler_ = std::make_unique<Scheduler>(opt_, *blocks_);
   EngineGeometry geo{n_blocks.value(), max_model_len_, kv_dtype};
   if (spec.enabled()) geo.max_logit_rows = opt_.max_num_seqs * (spec.num_speculative_tokens + 1);
-  // Tandem: a sequence's trained-model range may score the partner's token and sample the next.
-  if (tandem) geo.max_logit_rows = 2 * opt_.max_num_seqs;
   runner_ = std::make_unique<ModelRunner>(ctx_, w_, opt_, geo);
   // Slot k's first adapter keeps the namespace k + 1; later ones take fresh salts.
   for (size_t k = 0; k < opt_.lora_slots.size(); ++k) lora_salt_.push_back(uint64_t(k) + 1);
@@ -118,7 +116,6 @@ Engine::Engine(Context& ctx, ModelWeights& w, const Tokenizer* tok, EngineOption
     GRPO_CHECK_MSG(ok.ok(), ok.message().c_str());
     tandem_ = std::make_unique<TandemDecoder>(ctx_, *tandem->partner, opt_, geo, tandem->opt);
     tandem_on_ = true;
-    scheduler_->set_prompt_only_registration(true);
   }
 }
 
@@ -127,7 +124,6 @@ Status Engine::set_tandem_active(bool on) {
   if (has_unfinished()) return error_status("engine: finish the running requests before switching tandem decoding");
   if (on != tandem_on_) blocks_->reset_prefix_cache();
   tandem_on_ = on;
-  scheduler_->set_prompt_only_registration(on);
   return ok_status();
 }
 
@@ -243,30 +239,18 @@ bool Engine::abort_request(int64_t request_id) {
 
 std::vector<RequestOutput> Engine::step(std::vector<TokenEvent>* events) {
   if (opt_.speculative.enabled()) return step_speculative(events);
-  if (tandem_active()) return step_tandem(events);
   return step_plain(events);
-}
-
-SchedulerOutput Engine::schedule_step() {
-  auto lost = [](const SchedulerOutput& o) {
-    for (Sequence* s : o.preempted) {
-      s->draft_computed = 0;     // a draft model's pool lost it too
-      s->partner_computed = -1;  // and a tandem partner's: set again at the next admission
-    }
-  };
-  SchedulerOutput out = scheduler_->schedule();
-  lost(out);
-  if (out.empty() && !out.preempted.empty()) {
-    out = scheduler_->schedule();  // admissions wait a pass after preemption
-    lost(out);
-  }
-  return out;
 }
 
 std::vector<RequestOutput> Engine::step_plain(std::vector<TokenEvent>* events) {
   const double t_step = now_seconds();
   std::vector<RequestOutput> done;
-  SchedulerOutput out = schedule_step();
+  SchedulerOutput out = scheduler_->schedule();
+  if (out.empty() && !out.preempted.empty()) {
+    for (Sequence* s : out.preempted) s->draft_computed = 0;
+    out = scheduler_->schedule();  // admissions wait a pass after preemption
+  }
+  for (Sequence* s : out.preempted) s->draft_computed = 0;  // a draft model's pool lost it too
   if (out.empty()) {
     GRPO_CHECK_MSG(!scheduler_->has_work(), "engine: requests are queued but none can be scheduled");
     return done;
@@ -279,7 +263,8 @@ std::vector<RequestOutput> Engine::step_plain(std::vector<TokenEvent>* events) {
     if (ss.sample) rows.push_back(row_sampling(*ss.seq));
   }
   std::vector<SampledRow> sampled;
-  runner_->execute(out, rows, sampled);
+  if (tandem_active()) tandem_->execute(*runner_, out, rows, sampled);
+  else runner_->execute(out, rows, sampled);
   if (adapt_) ++stats_.spec_plain_steps;
   scheduler_->on_step_done(out);
   ++stats_.steps;

@@ -190,10 +190,6 @@ class Engine {
   RowSampling row_sampling(const Sequence& s, int at = -1) const;
   std::vector<RequestOutput> step_speculative(std::vector<TokenEvent>* events);  // engine/speculative_engine.cpp
   std::vector<RequestOutput> step_plain(std::vector<TokenEvent>* events);
-  std::vector<RequestOutput> step_tandem(std::vector<TokenEvent>* events);  // engine/tandem_engine.cpp
-  // The scheduler's next step; after a preemption-only pass a second one (admissions wait
-  // a pass after preemption). Preempted sequences lose both extra pools' K/V.
-  SchedulerOutput schedule_step();
   // The TokenEvent of a token just given to on_token (nullptr without events).
   TokenEvent* add_event(const Sequence& s, const SampledRow& row, std::vector<TokenEvent>* events);
   // After on_token: a finished sample's output goes to done (ev gets the rest of its

@@ -51,7 +51,7 @@ void download(Context& ctx, std::vector<T>& h, const Tensor& src, int64_t n) {
 }
 
 // Rows of ModelRunner::d_out_.
-constexpr int kOutTok = 0, kOutRaw = 1, kOutProc = 2, kOutOwnLp = 3, kOutGivenLp = 4, kOutRows = 5;
+constexpr int kOutTok = 0, kOutRaw = 1, kOutProc = 2, kOutMine = 3, kOutTheirs = 4, kOutRows = 5;
 
 }  // namespace
 
@@ -152,7 +152,11 @@ ModelRunner::ModelRunner(Context& ctx, const ModelWeights& w, const EngineOption
   }
 }
 
-ModelRunner::~ModelRunner() = default;
+ModelRunner::~ModelRunner() {
+#ifdef GRPO_HAVE_CUDA
+  if (pair_event_) cudaEventDestroy(static_cast<cudaEvent_t>(pair_event_));
+#endif
+}
 
 ForwardBatch ModelRunner::batch_view(int T, int S, int R, int max_context) {
   ForwardBatch b;
@@ -427,17 +431,17 @@ SamplingOutputs ModelRunner::sampler_outputs(int64_t R) const {
   return o;
 }
 
-const float* ModelRunner::read_out(int n) {
+const float* ModelRunner::read_out(Context& stream_ctx, int n, bool wait) {
 #ifdef GRPO_HAVE_CUDA
   if (ctx_.device() == Device::cuda) {
-    auto st = static_cast<cudaStream_t>(ctx_.stream());
+    auto st = static_cast<cudaStream_t>(stream_ctx.stream());
     GRPO_CHECK(cudaMemcpyAsync(h_out_.data, d_out_.data, size_t(n) * size_t(max_R_) * sizeof(float),
                                cudaMemcpyDeviceToHost, st) == cudaSuccess);
-    GRPO_CHECK(cudaStreamSynchronize(st) == cudaSuccess);
+    if (wait) GRPO_CHECK(cudaStreamSynchronize(st) == cudaSuccess);
     return h_out_.ptr<float>();
   }
 #endif
-  (void)n;
+  (void)stream_ctx, (void)n, (void)wait;
   return d_out_.ptr<float>();
 }
 
@@ -490,7 +494,7 @@ void ModelRunner::sample(const std::vector<RowSampling>& rows, std::vector<Sampl
       download(ctx_, top_ids, o.top_ids, R * n_top);
       download(ctx_, top_lps, o.top_logprobs, R * n_top);
     }
-    rows_from_out(read_out(kOutProc + 1), R, out);
+    rows_from_out(read_out(ctx_, kOutProc + 1, true), R, out);
     for (int64_t r = 0; r < R; ++r) {
       SampledRow& s = out[size_t(r)];
       const RowSampling& rs = rows[size_t(r)];
@@ -516,35 +520,37 @@ bool ModelRunner::sample_rows_async(const std::vector<RowSampling>& rows) {
   return true;
 }
 
-void ModelRunner::sample_and_score(const std::vector<RowSampling>& rows, const std::vector<int32_t>& given,
-                                   std::vector<SampledRow>& out, std::vector<float>& lp_own,
-                                   std::vector<float>& lp_given) {
-  const int64_t R = int64_t(rows.size());
-  GRPO_CHECK(int64_t(given.size()) == R && R <= max_R_);
-  std::vector<float> temps(static_cast<size_t>(R));
-  for (int64_t r = 0; r < R; ++r) temps[size_t(r)] = rows[size_t(r)].temperature;
-  if (!sample_rows_async(rows)) {  // top-n lists or bitwise logprobs: the general sampler, then two scorings
-    sample(rows, out);
-    std::vector<int32_t> own(static_cast<size_t>(R));
-    for (int64_t r = 0; r < R; ++r) own[size_t(r)] = out[size_t(r)].token;
-    row_logprobs(own, temps, lp_own);
-    row_logprobs(given, temps, lp_given);
-    return;
-  }
-  out.clear(), lp_own.clear(), lp_given.clear();
+void ModelRunner::collect_pair(ModelRunner& other, int64_t R, std::vector<SampledRow>& mine,
+                               std::vector<SampledRow>& theirs, std::vector<float>& lp_mine,
+                               std::vector<float>& lp_theirs) {
+  GRPO_CHECK(other.max_R_ >= R && max_R_ >= R && other.device() == device());
+  mine.clear(), theirs.clear(), lp_mine.clear(), lp_theirs.clear();
   if (R == 0) return;
-  ensure_given_buffers();
-  upload(ctx_, d_given_ids_, given, R);
-  const Tensor logits = d_logits_.slice0(0, R), t = d_rows_.temperature.slice0(0, R);
-  Tensor lp = d_out_.index0(kOutOwnLp).slice0(0, R);
-  logits_row_logprobs(ctx_, lp, logits, d_tok_out_.slice0(0, R), t);
-  lp = d_out_.index0(kOutGivenLp).slice0(0, R);
-  logits_row_logprobs(ctx_, lp, logits, d_given_ids_.slice0(0, R), t);
-  const float* h = read_out(kOutRows);
-  rows_from_out(h, R, out);
+#ifdef GRPO_HAVE_CUDA
+  if (device() == Device::cuda && &other.ctx_ != &ctx_) {
+    if (!pair_event_) {
+      cudaEvent_t e = nullptr;
+      GRPO_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess);
+      pair_event_ = e;
+    }
+    auto ev = static_cast<cudaEvent_t>(pair_event_);
+    GRPO_CHECK(cudaEventRecord(ev, static_cast<cudaStream_t>(other.ctx_.stream())) == cudaSuccess);
+    GRPO_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(ctx_.stream()), ev, 0) == cudaSuccess);
+  }
+#endif
+  const Tensor logits = d_logits_.slice0(0, R), temps = d_rows_.temperature.slice0(0, R);
+  Tensor lp = d_out_.index0(kOutMine).slice0(0, R);
+  logits_row_logprobs(ctx_, lp, logits, d_tok_out_.slice0(0, R), temps);
+  lp = d_out_.index0(kOutTheirs).slice0(0, R);
+  logits_row_logprobs(ctx_, lp, logits, other.d_tok_out_.slice0(0, R), temps);
+  // The other runner's block is copied on this stream (after the wait), then one wait for both.
+  const float* h_other = other.read_out(ctx_, kOutProc + 1, false);
+  const float* h = read_out(ctx_, kOutRows, true);
+  rows_from_out(h, R, mine);
+  other.rows_from_out(h_other, R, theirs);
   const size_t N = size_t(max_R_);
-  lp_own.assign(h + kOutOwnLp * N, h + kOutOwnLp * N + size_t(R));
-  lp_given.assign(h + kOutGivenLp * N, h + kOutGivenLp * N + size_t(R));
+  lp_mine.assign(h + kOutMine * N, h + kOutMine * N + size_t(R));
+  lp_theirs.assign(h + kOutTheirs * N, h + kOutTheirs * N + size_t(R));
 }
 
 // The trainer scores logits / T over the full vocabulary with token_logprobs_forward on
@@ -581,15 +587,7 @@ void ModelRunner::trainer_logprobs(const std::vector<RowSampling>& rows, std::ve
     }
     r0 = r1;
   }
-  rows_from_out(read_out(kOutProc + 1), R, out);
-}
-
-void ModelRunner::ensure_given_buffers() {
-  if (d_given_ids_.defined()) return;
-  const Device dev = ctx_.device();
-  d_given_ids_ = tensor_zeros(dev, DType::i32, {max_R_});
-  d_given_temps_ = tensor_zeros(dev, DType::f32, {max_R_});
-  d_given_lp_ = tensor_zeros(dev, DType::f32, {max_R_});
+  rows_from_out(read_out(ctx_, kOutProc + 1, true), R, out);
 }
 
 void ModelRunner::row_logprobs(const std::vector<int32_t>& ids, const std::vector<float>& temps,
@@ -598,7 +596,12 @@ void ModelRunner::row_logprobs(const std::vector<int32_t>& ids, const std::vecto
   GRPO_CHECK(temps.size() == ids.size() && R <= max_R_);
   out.clear();
   if (R == 0) return;
-  ensure_given_buffers();
+  if (!d_given_ids_.defined()) {
+    const Device dev = ctx_.device();
+    d_given_ids_ = tensor_zeros(dev, DType::i32, {max_R_});
+    d_given_temps_ = tensor_zeros(dev, DType::f32, {max_R_});
+    d_given_lp_ = tensor_zeros(dev, DType::f32, {max_R_});
+  }
   upload(ctx_, d_given_ids_, ids, R);
   upload(ctx_, d_given_temps_, temps, R);
   Tensor lp = d_given_lp_.slice0(0, R);

@@ -111,11 +111,15 @@ class ModelRunner {
   // (kernels/row_logprob.h).
   void row_logprobs(const std::vector<int32_t>& ids, const std::vector<float>& temps, std::vector<float>& out);
 
-  // After forward(): sample_rows, plus log_softmax(logits_r / T_r) of each row's own sample
-  // (lp_own) and of given[r] (lp_given; a tandem partner's token), with one wait for the device
-  // (rows with top-n lists or bitwise logprobs: the general sampler and two more waits).
-  void sample_and_score(const std::vector<RowSampling>& rows, const std::vector<int32_t>& given,
-                        std::vector<SampledRow>& out, std::vector<float>& lp_own, std::vector<float>& lp_given);
+  // A tandem step with one wait for the host (engine/tandem.h). After forward() on this runner
+  // and on `other` (a second model in the same block tables), each starts its sampler with
+  // sample_rows_async (nothing read back; false: these rows need sample_rows, i.e. top-n lists
+  // or bitwise logprobs). Then collect_pair, on this runner: after other's stream, this model's
+  // log_softmax(logits_r / T_r) of both models' sampled tokens, and everything read back at once.
+  // mine / theirs: each model's rows; lp_mine / lp_theirs: this model's logprob of each token.
+  bool sample_rows_async(const std::vector<RowSampling>& rows);
+  void collect_pair(ModelRunner& other, int64_t R, std::vector<SampledRow>& mine, std::vector<SampledRow>& theirs,
+                    std::vector<float>& lp_mine, std::vector<float>& lp_theirs);
 
  private:
   // graph: padded to a graph of padded_T rows, whose logits rows are then padded_T too.
@@ -123,10 +127,6 @@ class ModelRunner {
   ForwardBatch batch_view(int T, int S, int R, int max_context);
   void run_forward(const SchedulerOutput& step);
   void sample(const std::vector<RowSampling>& rows, std::vector<SampledRow>& out, const Tensor* probs = nullptr);
-  // Starts the sampler on the rows without reading anything back; false (nothing started):
-  // these rows need sample() (top-n lists or bitwise logprobs).
-  bool sample_rows_async(const std::vector<RowSampling>& rows);
-  void ensure_given_buffers();  // d_given_* (row_logprobs, sample_and_score)
   // EngineOptions::bitwise_logprobs: overwrites out's logprobs with the trainer's LM-head
   // logprob of each sampled token (the tokens are in d_tok_out_, the hidden rows in scratch_.xn).
   void trainer_logprobs(const std::vector<RowSampling>& rows, std::vector<SampledRow>& out);
@@ -135,8 +135,10 @@ class ModelRunner {
   SamplingRows upload_rows(const std::vector<RowSampling>& rows);
   // The sampler's token / logprob outputs for R rows (rows of d_out_).
   SamplingOutputs sampler_outputs(int64_t R) const;
-  // Copies rows [0, n) of d_out_ into h_out_ and waits; the host view (CPU: d_out_ itself).
-  const float* read_out(int n);
+  // Copies rows [0, n) of d_out_ into h_out_ on `stream_ctx`'s stream (this runner's or a
+  // tandem partner's, ordered after this runner's work by the caller); the host view after
+  // `wait` (CPU: d_out_ itself).
+  const float* read_out(Context& stream_ctx, int n, bool wait);
   void rows_from_out(const float* h, int64_t R, std::vector<SampledRow>& out) const;
 
   Context& ctx_;
@@ -156,10 +158,11 @@ class ModelRunner {
   Tensor d_logits_;  // (max_seqs, V) f32
   // Persistent sampling buffers (max_seqs rows); banned and top-n are flat and grow on demand.
   SamplingRows d_rows_;
-  // The sampler's outputs and sample_and_score's logprobs in one block read back by one copy:
-  // (kOutRows, max_R) 4-byte words, rows kOutTok (i32), kOutRaw, kOutProc, kOutOwnLp, kOutGivenLp (f32);
+  // The sampler's outputs and collect_pair's logprobs in one block read back by one copy:
+  // (kOutRows, max_R) 4-byte words, rows kOutTok (i32), kOutRaw, kOutProc, kOutMine, kOutTheirs (f32);
   // h_out_: its page-locked host copy (CUDA). d_tok_out_, d_lp_raw_, d_lp_proc_ are rows of it.
   Tensor d_out_, h_out_;
+  void* pair_event_ = nullptr;  // cudaEvent_t: collect_pair's wait for the other runner's stream
   Tensor d_tok_out_, d_lp_raw_, d_lp_proc_, d_top_ids_, d_top_lps_;
   int banned_cap_ = 0, top_cap_ = 0;
   Tensor d_given_ids_, d_given_temps_, d_given_lp_;  // (max_seqs) row_logprobs buffers, allocated on first use

@@ -39,11 +39,6 @@ void Scheduler::preempt(Sequence* seq) {
   waiting_.push_front(seq);
 }
 
-int Scheduler::register_limit(const Sequence& s) const {
-  const int committed = s.n_total() - s.n_spec;
-  return prompt_only_registration_ ? std::min(committed, s.n_prompt) : committed;
-}
-
 bool Scheduler::must_wait_for_sibling(const Sequence* seq) const {
   const SeqGroup* g = seq->group.get();
   return bm_.prefix_caching() && g && !seq->admitted_once && g->n_admitted > 0 && !g->prompt_scheduled;
@@ -76,7 +71,7 @@ SchedulerOutput Scheduler::schedule() {
       if (victim == s) { self_preempted = true; break; }
     }
     if (self_preempted) break;
-    bm_.append(s->table, s->tokens, target, register_limit(*s));
+    bm_.append(s->table, s->tokens, target, s->n_total() - s->n_spec);
     note(s, n_new);
     ++i;
   }
@@ -94,7 +89,7 @@ SchedulerOutput Scheduler::schedule() {
         n_new = budget;
       }
       if (!bm_.can_allocate(s->tokens, n_hit, n_hit + n_new, s->prefix_salt)) break;
-      bm_.allocate(s->table, s->tokens, n_hit, n_hit + n_new, s->prefix_salt, register_limit(*s));
+      bm_.allocate(s->table, s->tokens, n_hit, n_hit + n_new, s->prefix_salt);
       s->n_computed = n_hit;
       if (!s->admitted_once) {
         s->admitted_once = true;

@@ -71,22 +71,15 @@ class Scheduler {
   const std::deque<Sequence*>& running() const { return running_; }
   int64_t n_preemptions() const { return n_preemptions_; }
   const EngineOptions& options() const { return opt_; }
-  // On: only blocks made of prompt tokens are hashed into the prefix cache (tandem decoding,
-  // whose partner pool lags behind the trained model's in the completion: engine/tandem.h).
-  void set_prompt_only_registration(bool on) { prompt_only_registration_ = on; }
 
  private:
   void preempt(Sequence* seq);
   bool must_wait_for_sibling(const Sequence* seq) const;
-  // Tokens of s whose full blocks may be hashed: the committed ones (speculative drafts never),
-  // only the prompt's with prompt-only registration.
-  int register_limit(const Sequence& s) const;
 
   EngineOptions opt_;
   BlockManager& bm_;
   std::deque<Sequence*> waiting_, running_;
   int64_t n_preemptions_ = 0;
-  bool prompt_only_registration_ = false;
 };
 
 }  // namespace grpo

@@ -60,9 +60,6 @@ struct Sequence {
   // K/V of positions [0, draft_computed) (it catches up lazily when the sequence drafts).
   int n_spec = 0;
   int draft_computed = 0;
-  // Tandem decoding (engine/tandem.h): the partner's pool holds K/V of positions
-  // [0, partner_computed); -1 until the sequence is admitted (again, after preemption).
-  int partner_computed = -1;
   NgramIndex ngram;                     // prompt lookup over the committed tokens (method ngram)
   double spec_alpha = -1;               // adaptive k: EMA of this sample's per-position acceptance (< 0: none yet)
   std::vector<int> spec_q_rows;         // speculative sampling: the draft's q row of each draft position (SpecDraft::q)

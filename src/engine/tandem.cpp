@@ -79,37 +79,22 @@ bool tandem_word_start(const std::vector<uint8_t>& flags, int32_t prev, int32_t 
 
 uint64_t tandem_key(uint64_t seed, uint64_t rng_key) { return sampling_mix64(seed ^ sampling_mix64(rng_key ^ kSaltKey)); }
 
-namespace {
-
-// token / chunk: the owner of token i; word: the candidate c = draw(i).
-bool tandem_draw_at(const TandemOptions& o, uint64_t key, int i) {
-  if (o.strategy != TandemStrategy::chunk) return draw(o, key, uint64_t(i));
-  const uint64_t k = uint64_t(o.chunk_size);
-  const uint64_t off = sampling_mix64(key ^ kSaltOffset) % k;
-  return draw(o, key ^ kSaltChunk, (uint64_t(i) + off) / k);
-}
-
-}  // namespace
-
-int tandem_resolve(const TandemOptions& o, uint64_t key, int i, int prev_owner, int32_t prev_token,
-                   const int32_t* tok_trained, const int32_t* tok_partner) {
-  const int c = tandem_draw_at(o, key, i) ? 1 : 0;
-  const int32_t* cand = c ? tok_trained : tok_partner;
-  if (o.strategy != TandemStrategy::word || prev_owner < 0 || c == prev_owner) return cand ? c : -1;
-  if (!cand) return -1;
-  if (tandem_word_start(o.token_flags, prev_token, *cand)) return c;
-  return (prev_owner ? tok_trained : tok_partner) ? prev_owner : -1;
-}
-
-bool tandem_may_need(const TandemOptions& o, uint64_t key, int i, int prev_owner, bool trained) {
-  const int c = tandem_draw_at(o, key, i) ? 1 : 0, m = trained ? 1 : 0;
-  if (o.strategy != TandemStrategy::word || prev_owner < 0 || c == prev_owner) return c == m;
-  return c == m || prev_owner == m;
-}
-
 bool tandem_pick(const TandemOptions& o, uint64_t key, int i, int prev_owner, int32_t prev_token,
                  int32_t tok_trained, int32_t tok_partner) {
-  return tandem_resolve(o, key, i, prev_owner, prev_token, &tok_trained, &tok_partner) == 1;
+  switch (o.strategy) {
+    case TandemStrategy::token: return draw(o, key, uint64_t(i));
+    case TandemStrategy::chunk: {
+      const uint64_t k = uint64_t(o.chunk_size);
+      const uint64_t off = sampling_mix64(key ^ kSaltOffset) % k;
+      return draw(o, key ^ kSaltChunk, (uint64_t(i) + off) / k);
+    }
+    case TandemStrategy::word: {
+      const bool c = draw(o, key, uint64_t(i));
+      if (prev_owner < 0 || int(c) == prev_owner) return c;
+      return tandem_word_start(o.token_flags, prev_token, c ? tok_trained : tok_partner) ? c : prev_owner != 0;
+    }
+  }
+  return true;
 }
 
 Result<int> tandem_kv_blocks(const ModelConfig& cfg, DType dtype, const ModelConfig& partner_cfg, DType partner_dtype,
@@ -163,9 +148,55 @@ TandemDecoder::TandemDecoder(Context& ctx, const ModelWeights& partner, const En
   }
 #endif
   partner_ = std::make_unique<ModelRunner>(*pctx, partner, eo, geo);
-  partner_->set_graph_short_chunks(true);  // catch-up ranges, the last token sampled
 }
 
 TandemDecoder::~TandemDecoder() = default;
+
+void TandemDecoder::execute(ModelRunner& trained, const SchedulerOutput& step, const std::vector<RowSampling>& rows,
+                            std::vector<SampledRow>& out) {
+  GRPO_CHECK(int(rows.size()) == step.n_sampled);
+  out.clear();
+  if (step.empty()) return;
+  // Both forwards write their own pools at the same slots (on CUDA on two streams); then
+  // both sample with the same keys and counters, each from its own logits on its own stream.
+  // Usually both samplers and the trained model's logprobs of both candidates run before one
+  // wait (collect_pair); rows with top-n lists take the general path, a wait per call.
+  trained.forward(step);
+  partner_->forward(step);
+  const bool pair = trained.sample_rows_async(rows) && partner_->sample_rows_async(rows);
+  if (pair) {
+    trained.collect_pair(*partner_, int64_t(rows.size()), out, rows_partner_, lp_trained_, lp_partner_);
+  } else {
+    trained.sample_rows(rows, out);
+    partner_->sample_rows(rows, rows_partner_);
+  }
+  ids_.clear();
+  temps_.clear();
+  size_t r = 0;
+  for (const ScheduledSeq& ss : step.seqs) {
+    if (!ss.sample) continue;
+    const Sequence& s = *ss.seq;
+    const int i = s.n_completion();
+    const int prev_owner = s.model_mask.empty() ? -1 : int(s.model_mask.back());
+    const uint64_t key = tandem_key(opt_.seed, s.rng_key);
+    const SampledRow& a = out[r];
+    const SampledRow& b = rows_partner_[r];
+    const bool by_trained = tandem_pick(opt_, key, i, prev_owner, s.tokens.back(), a.token, b.token);
+    // The trainer's view of every emitted token: the trained model's full-vocabulary
+    // distribution at the sampling temperature (general path: scored below).
+    const float lp_trained = pair ? (by_trained ? lp_trained_[r] : lp_partner_[r]) : 0.f;
+    if (!by_trained) out[r] = b;
+    out[r].by_trained = by_trained;
+    out[r].logprob_trained = lp_trained;
+    if (!pair) {
+      ids_.push_back(out[r].token);
+      temps_.push_back(rows[r].temperature);
+    }
+    ++r;
+  }
+  if (pair) return;
+  trained.row_logprobs(ids_, temps_, lp_trained_);  // its logits are still in place
+  for (size_t j = 0; j < out.size(); ++j) out[j].logprob_trained = lp_trained_[j];
+}
 
 }  // namespace grpo

@@ -1,30 +1,20 @@
 // Tandem decoding: a frozen partner model writes part of every completion
-// (tandem training, arXiv 2510.13551). The partner has its own paged KV pool
-// indexed by the SAME block tables (its bytes per block from its own layers and
-// heads). A seeded per-sequence decision picks whose token is emitted (the owner);
-// both models sample with the row's RNG key and counter for the completion index,
-// so a token does not depend on how steps are batched. Each emitted token records
-// the owner, the owner's logprobs and the trained model's logprob of it under
-// log_softmax(z / T) (what the trainer recomputes).
-//
-// A step (Engine::step_tandem, engine/tandem_engine.cpp) runs the partner first, then
-// the trained model, each only as far as it is needed:
-//   - Prompt ranges (prefill chunks, recompute of a prompt after preemption) run
-//     through both models in the same step, so prompt blocks hold both pools' K/V and
-//     may be shared through the prefix cache (only prompt blocks are hashed).
-//   - The partner runs every decoding sequence from where its pool stops
-//     (Sequence::partner_computed: the tokens since its last step, one or two) and samples
-//     only where its token may be needed for the next token (tandem_may_need); the
-//     ranges are short enough for the decode graphs.
-//   - The trained model runs every scheduled sequence (its logits score every emitted
-//     token). When the partner's token was emitted in this step and the trained model
-//     may write the next one, its range takes the partner's token too, so the sequence
-//     emits two tokens in the step (partner, then trained).
-// Decode forwards read each model's weights once per step however many tokens they
-// carry, so a step costs about what a step of both models on one token per sequence
-// costs, while a sequence switching from the partner to the trained model advances two
-// tokens. On CUDA the partner runs on a context of its own (its own
-// stream, handles and a smaller workspace); each runner captures its own decode graphs.
+// (tandem training, arXiv 2510.13551). Both models decode each sequence in
+// lockstep: the partner has its own paged KV pool indexed by the SAME block
+// tables (its bytes per block from its own layers and heads), every scheduled
+// token — prompt, recompute after preemption, or new token, whoever wrote it —
+// goes through both forwards, so both caches always hold K/V for the same
+// tokens; prefix-cache hits share blocks whose slots in both pools were written
+// from the same tokens. Per sampled row both models sample with the row's RNG
+// key and counter, and a seeded per-sequence decision picks whose token is
+// emitted (the owner). The row records the owner, the owner's logprobs and the
+// trained model's logprob of the emitted token under log_softmax(z / T) (what
+// the trainer recomputes).
+// On CUDA the partner runs on a context of its own (its own stream, handles and a
+// smaller workspace), so its forward and sampler overlap the trained model's on the GPU;
+// the trained stream then waits for the partner's, scores both candidate tokens and
+// reads everything back with one copy, so a step waits for the GPU once;
+// each runner captures its own decode graphs, so CUDA graphs cover both forwards.
 //
 // Owner of completion token i (u_i = uniform draws from tandem_key(seed, rng_key),
 // "draw(x)" = [u(x) < p_trained], so p_trained = 1 always picks the trained model
@@ -91,14 +81,6 @@ uint64_t tandem_key(uint64_t seed, uint64_t rng_key);
 // prev_token: the token before i; tok_trained / tok_partner: what each model sampled.
 bool tandem_pick(const TandemOptions& o, uint64_t key, int i, int prev_owner, int32_t prev_token,
                  int32_t tok_trained, int32_t tok_partner);
-// tandem_pick with the samples computed so far (nullptr: that model has not sampled token i):
-// 1 trained, 0 partner, -1 when a sample the decision needs is missing.
-int tandem_resolve(const TandemOptions& o, uint64_t key, int i, int prev_owner, int32_t prev_token,
-                   const int32_t* tok_trained, const int32_t* tok_partner);
-// Whether the decision of token i may need the sample of the trained model (trained = true)
-// or of the partner: token / chunk only the owner's; word the candidate's and, when the
-// candidate would switch, the previous owner's.
-bool tandem_may_need(const TandemOptions& o, uint64_t key, int i, int prev_owner, bool trained);
 
 // KV blocks for both pools from one budget: n_kv_blocks, or kv_cache_bytes divided by
 // the bytes of one block in the trained pool plus one in the partner's.
@@ -117,8 +99,11 @@ class TandemDecoder {
                 TandemOptions opt);
   ~TandemDecoder();
 
-  // The partner's runner (its forward and sampler; Engine::step_tandem drives it).
-  ModelRunner& partner() { return *partner_; }
+  // One engine step through both models; out as ModelRunner::execute, with each row's
+  // owner, the owner's logprobs and the trained model's logprob filled in.
+  void execute(ModelRunner& trained, const SchedulerOutput& step, const std::vector<RowSampling>& rows,
+               std::vector<SampledRow>& out);
+
   const TandemOptions& options() const { return opt_; }
   size_t kv_bytes_per_block() const { return partner_->kv_bytes_per_block(); }
   int64_t n_graph_replays() const { return partner_->n_graph_replays(); }
@@ -128,6 +113,9 @@ class TandemDecoder {
   TandemOptions opt_;
   std::unique_ptr<Context> own_ctx_;  // CUDA: the partner's stream; null on the CPU (shares the caller's)
   std::unique_ptr<ModelRunner> partner_;
+  std::vector<SampledRow> rows_partner_;
+  std::vector<int32_t> ids_;
+  std::vector<float> temps_, lp_trained_, lp_partner_;
 };
 
 }  // namespace grpo

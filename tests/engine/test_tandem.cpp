@@ -175,35 +175,6 @@ TEST(Tandem, MixedSequencesKeepBothCachesInSyncWithPreemptionAndPrefixHits) {
   EXPECT_EQ(tight.n_free_kv_blocks(), 30);
 }
 
-// The partner runs a sequence only where its token may be needed, catching up first; a
-// partner token followed by a trained one is emitted in one step. Every strategy keeps both
-// caches in sync under preemption, and a step emits two tokens at partner-to-trained switches.
-TEST(Tandem, LazyPartnerStepsEmitTwoTokensAtSwitchesAndKeepCachesInSync) {
-  REQUIRE_TOKENIZER();
-  for (auto st : {TandemStrategy::token, TandemStrategy::chunk, TandemStrategy::word}) {
-    SamplingParams p = sampled(40, 41);
-    p.n = 2;
-    EngineTandem t{&partner(), topts(st, 0.5)};
-    Context c1(deterministic()), cr(deterministic());
-    EngineOptions tight_o = small_opts();
-    tight_o.n_kv_blocks = 30;
-    Engine tight(c1, const_cast<ModelWeights&>(stories().w), stories().tok.get(), tight_o, &t);
-    auto b = tight.generate(prompts(), p);
-    ASSERT_TRUE(b.ok()) << b.status().message();
-    EXPECT_GT(tight.stats().preemptions, 0) << tandem_strategy_name(st);
-    int64_t steps = 0, tokens = 0, partner_to_trained = 0;
-    for (const RequestOutput& y : b.value()) {
-      expect_caches_in_sync(cr, y, tandem_strategy_name(st));
-      steps += y.telemetry.engine_steps;
-      tokens += int64_t(y.completion_ids.size());
-      for (size_t i = 1; i < y.model_mask.size(); ++i) partner_to_trained += !y.model_mask[i - 1] && y.model_mask[i];
-    }
-    EXPECT_GT(partner_to_trained, 5) << tandem_strategy_name(st);
-    EXPECT_LT(steps, tokens) << tandem_strategy_name(st) << ": no step emitted two tokens";
-    EXPECT_GE(steps + partner_to_trained, tokens) << tandem_strategy_name(st);
-  }
-}
-
 TEST(Tandem, WordSwitchesOnlyAtWordStarts) {
   REQUIRE_TOKENIZER();
   const TandemOptions o = topts(TandemStrategy::word, 0.5);
