@@ -255,6 +255,31 @@ void ModelRunner::fill_inputs(const SchedulerOutput& step, int padded_T, bool al
   upload(ctx_, d_prefill_tiles_, h_prefill_tiles_, int64_t(h_prefill_tiles_.size()));
 }
 
+void ModelRunner::copy_ids(Tensor& dst, const Tensor& src) {
+  GRPO_CHECK(dst.dtype == DType::i32 && src.dtype == DType::i32 && dst.numel() == src.numel());
+#ifdef GRPO_HAVE_CUDA
+  if (ctx_.device() == Device::cuda) {
+    GRPO_CHECK(cudaMemcpyAsync(dst.data, src.data, size_t(src.numel()) * sizeof(int32_t), cudaMemcpyDeviceToDevice,
+                               static_cast<cudaStream_t>(ctx_.stream())) == cudaSuccess);
+    return;
+  }
+#endif
+  std::memcpy(dst.data, src.data, size_t(src.numel()) * sizeof(int32_t));
+}
+
+void ModelRunner::download_ids(Tensor& host, const Tensor& src) {
+  GRPO_CHECK(host.dtype == DType::i32 && src.dtype == DType::i32 && host.numel() == src.numel());
+  copy_bytes(ctx_, host.data, src.data, size_t(src.numel()) * sizeof(int32_t), true);
+}
+
+void ModelRunner::take_next_tokens() {
+  if (!next_tokens_.defined()) return;
+  GRPO_CHECK(next_tokens_.numel() <= d_tokens_.numel());
+  Tensor dst = d_tokens_.slice0(0, next_tokens_.numel());
+  copy_ids(dst, next_tokens_);
+  next_tokens_ = Tensor{};
+}
+
 void ModelRunner::run_forward(const SchedulerOutput& step) {
   const int S = int(step.seqs.size()), T = step.n_tokens, R = step.n_sampled;
   // A decode graph of B rows runs any step whose T <= B rows all want logits: decode steps
@@ -276,6 +301,7 @@ void ModelRunner::run_forward(const SchedulerOutput& step) {
       if (b >= T && graphs_->has(b)) { B = b; break; }
     if (B > 0) {
       fill_inputs(step, B, false, /*graph=*/true);
+      take_next_tokens();
       graphs_->launch(B);
       ++n_graph_replays_;
       return;
@@ -284,6 +310,7 @@ void ModelRunner::run_forward(const SchedulerOutput& step) {
   // Bitwise logprobs: no tensor-core prefill tiles, whose reduction order differs from the
   // per-token kernels the trainer's forward runs in that mode (docs/bitwise.md).
   fill_inputs(step, T, !opt_.bitwise_logprobs);
+  take_next_tokens();
   int max_context = 0;
   for (int t = 0; t < T; ++t) max_context = std::max(max_context, h_positions_[size_t(t)] + 1);
   ForwardBatch batch = batch_view(T, S, R, max_context);
@@ -508,7 +535,7 @@ void ModelRunner::sample(const std::vector<RowSampling>& rows, std::vector<Sampl
   if (opt_.bitwise_logprobs) trainer_logprobs(rows, out);
 }
 
-bool ModelRunner::sample_rows_async(const std::vector<RowSampling>& rows) {
+bool ModelRunner::sample_rows_async(const std::vector<RowSampling>& rows, const Tensor* probs) {
   if (opt_.bitwise_logprobs) return false;
   for (const auto& r : rows)
     if (r.n_top > 0) return false;
@@ -516,6 +543,10 @@ bool ModelRunner::sample_rows_async(const std::vector<RowSampling>& rows) {
   if (R == 0) return true;
   const SamplingRows v = upload_rows(rows);
   SamplingOutputs o = sampler_outputs(R);
+  if (probs) {
+    GRPO_CHECK(probs->ndim == 2 && probs->shape[0] >= R && probs->shape[1] == w_.config.vocab_size);
+    o.probs = probs->slice0(0, R);
+  }
   sample_tokens(ctx_, o, d_logits_.slice0(0, R), v, false);
   return true;
 }

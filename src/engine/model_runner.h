@@ -106,7 +106,9 @@ class ModelRunner {
   // execute() in two halves, for a second model in the same block tables (engine/tandem.h):
   // forward() leaves the step's sampled rows' logits in place; sample_rows() samples them.
   void forward(const SchedulerOutput& step) { run_forward(step); }
-  void sample_rows(const std::vector<RowSampling>& rows, std::vector<SampledRow>& out) { sample(rows, out); }
+  void sample_rows(const std::vector<RowSampling>& rows, std::vector<SampledRow>& out, const Tensor* probs = nullptr) {
+    sample(rows, out, probs);
+  }
   // After forward(): log_softmax(logits_r / temps[r])[ids[r]] of the first ids.size() rows
   // (kernels/row_logprob.h).
   void row_logprobs(const std::vector<int32_t>& ids, const std::vector<float>& temps, std::vector<float>& out);
@@ -117,9 +119,20 @@ class ModelRunner {
   // or bitwise logprobs). Then collect_pair, on this runner: after other's stream, this model's
   // log_softmax(logits_r / T_r) of both models' sampled tokens, and everything read back at once.
   // mine / theirs: each model's rows; lp_mine / lp_theirs: this model's logprob of each token.
-  bool sample_rows_async(const std::vector<RowSampling>& rows);
+  // probs: as execute()'s.
+  bool sample_rows_async(const std::vector<RowSampling>& rows, const Tensor* probs = nullptr);
   void collect_pair(ModelRunner& other, int64_t R, std::vector<SampledRow>& mine, std::vector<SampledRow>& theirs,
                     std::vector<float>& lp_mine, std::vector<float>& lp_theirs);
+
+  // Chained rounds without a wait (a draft model's one-token rounds, engine/speculative.h):
+  // the next forward takes the ids of its first src.numel() token rows from src (i32 on the
+  // device) instead of the sequences' host tokens; sampled_tokens() are the last sampler
+  // call's ids on the device (valid until the next sampler call).
+  void set_next_tokens(const Tensor& src) { next_tokens_ = src; }
+  Tensor sampled_tokens(int64_t R) const { return d_tok_out_.slice0(0, R); }
+  // i32 copies ordered on this runner's stream: device to device (no wait), device to host (waits).
+  void copy_ids(Tensor& dst, const Tensor& src);
+  void download_ids(Tensor& host, const Tensor& src);
 
  private:
   // graph: padded to a graph of padded_T rows, whose logits rows are then padded_T too.
@@ -176,6 +189,8 @@ class ModelRunner {
   std::unique_ptr<DecodeGraphs> graphs_;
   int64_t n_graph_replays_ = 0;
   bool graph_short_chunks_ = false;
+  Tensor next_tokens_;  // set_next_tokens (empty: none)
+  void take_next_tokens();  // after fill_inputs: copies next_tokens_ into d_tokens_ and clears it
 };
 
 }  // namespace grpo

@@ -421,6 +421,8 @@ SpecDraft::SpecDraft(Context& ctx, const ModelWeights& draft, EngineOptions eo, 
     gather_rows_forward(ctx, head_w_.lm_head, draft.lm_head, idx);
     q_index_ = tensor_empty(ctx.device(), DType::i32, {V});
     tensor_copy(q_index_, tensor_borrow(head_col_.data(), DType::i32, Device::cpu, {V}));
+    head_ids_dev_ = tensor_empty(ctx.device(), DType::i32, {n});
+    tensor_copy(head_ids_dev_, tensor_borrow(head_ids_.data(), DType::i32, Device::cpu, {n}));
     ctx.synchronize();  // idx is freed on return
     run_w = &head_w_;
   }
@@ -436,6 +438,9 @@ SpecDraft::SpecDraft(Context& ctx, const ModelWeights& draft, EngineOptions eo, 
   // Round 1's catch-up tokens replay the decode graphs (GRPO_DRAFT_CATCHUP_GRAPHS=0: eager, to compare).
   const char* e = std::getenv("GRPO_DRAFT_CATCHUP_GRAPHS");
   runner_->set_graph_short_chunks(!(e && std::string(e) == "0"));
+  // Rounds chain on the device with one wait at the end (GRPO_DRAFT_CHAIN=0: a wait per round, to compare).
+  const char* c = std::getenv("GRPO_DRAFT_CHAIN");
+  chain_on_ = !(c && std::string(c) == "0");
 }
 
 void SpecDraft::keep_distributions(bool on) {
@@ -447,8 +452,9 @@ void SpecDraft::keep_distributions(bool on) {
 SpecDraft::~SpecDraft() = default;
 
 void SpecDraft::run_round(const SchedulerOutput& round, std::vector<RowSampling>& rows, int j) {
-  const double t0 = now_seconds();
   GRPO_CHECK(j < k_max_ && int(rows.size()) <= max_seqs_);
+  const int64_t R = int64_t(rows.size());
+  if (j == 0) round_tokens0_ = round.n_tokens;
   Tensor qj;
   if (keep_q_) qj = q_.slice0(int64_t(j) * max_seqs_, int64_t(j + 1) * max_seqs_);
   if (!head_ids_.empty())
@@ -458,12 +464,28 @@ void SpecDraft::run_round(const SchedulerOutput& round, std::vector<RowSampling>
         if (id >= 0 && size_t(id) < head_col_.size() && head_col_[size_t(id)] >= 0) cols.push_back(head_col_[size_t(id)]);
       r.banned = std::move(cols);
     }
-  runner_->execute(round, rows, sampled_, keep_q_ ? &qj : nullptr);
-  if (!head_ids_.empty())
-    for (SampledRow& s : sampled_) s.token = head_ids_[size_t(s.token)];
-  const double dt = now_seconds() - t0;
-  if (times) times->add(double(round.n_tokens), dt);
-  round_seconds += dt;
+  if (!chain_.defined()) chain_ = tensor_zeros(ctx_.device(), DType::i32, {int64_t(k_max_) * max_seqs_});
+  Tensor dst = chain_.slice0(int64_t(j) * max_seqs_, int64_t(j) * max_seqs_ + R);
+  if (j > 0) runner_->set_next_tokens(chain_.slice0(int64_t(j - 1) * max_seqs_, int64_t(j - 1) * max_seqs_ + R));
+  runner_->forward(round);
+  if (chain_on_ && runner_->sample_rows_async(rows, keep_q_ ? &qj : nullptr)) {
+    const Tensor ids = runner_->sampled_tokens(R);  // columns with a draft vocabulary
+    if (!head_ids_.empty()) gather_ids(ctx_, dst, head_ids_dev_, ids);
+    else runner_->copy_ids(dst, ids);
+    return;
+  }
+  // The general sampler (bitwise logprobs, or GRPO_DRAFT_CHAIN=0): a wait, then the ids go up again.
+  runner_->sample_rows(rows, sampled_, keep_q_ ? &qj : nullptr);
+  std::vector<int32_t> h;
+  for (const SampledRow& r : sampled_) h.push_back(head_ids_.empty() ? r.token : head_ids_[size_t(r.token)]);
+  tensor_copy(dst, tensor_borrow(h.data(), DType::i32, Device::cpu, {R}));
+}
+
+void SpecDraft::finish_rounds(const std::vector<int>& live) {
+  const int64_t n = int64_t(live.size()) * max_seqs_;
+  h_chain_.resize(size_t(n));
+  Tensor host = tensor_borrow(h_chain_.data(), DType::i32, Device::cpu, {n});
+  runner_->download_ids(host, chain_.slice0(0, n));
 }
 
 }  // namespace grpo

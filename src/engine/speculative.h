@@ -8,7 +8,10 @@
 //           engine/tandem.h). The draft runs only in steps where its sequence drafts:
 //           first the committed tokens it has not seen (lazy catch-up, see Rollback),
 //           then k − 1 more one-token draft steps propose d_1..d_k. The draft samples with the target's RNG key and counter for the
-//           same completion position, under the same sampling settings.
+//           same completion position, under the same sampling settings. The rounds chain on
+//           the device: each round's input ids are the previous round's samples (mapped from
+//           draft-vocabulary columns by gather_ids), and the host reads all proposals after
+//           the last round with one wait (GRPO_DRAFT_CHAIN=0: a wait per round).
 //   ngram : prompt lookup: the longest n in [ngram_min, ngram_max] whose last-n-token
 //           suffix occurred earlier in the sequence (most recent occurrence) proposes the
 //           tokens that followed it. No model.
@@ -55,6 +58,7 @@
 // decision after the warm-up is plain) and quadruples after every probe that does not make
 // drafting win, so a workload where drafting loses converges to plain decoding's speed.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -62,6 +66,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/timer.h"
 #include "engine/block_manager.h"
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
@@ -209,7 +214,12 @@ class SpecDraft {
   int64_t head_rows() const { return runner_->vocab_size(); }
 
  private:
+  // Round j: the forward (rounds j >= 1 take their input tokens from round j - 1's samples on
+  // the device), the sampler (q rows kept when asked) and the sampled ids into row j of chain_,
+  // without waiting for the device where the runner allows (else one wait per round).
   void run_round(const SchedulerOutput& round, std::vector<RowSampling>& rows, int j);
+  // Reads chain_'s rows of the rounds (live[j] sequences in round j) into h_chain_.
+  void finish_rounds(const std::vector<int>& live);
   Context& ctx_;
   // With a draft vocabulary the runner runs head_w_: the draft's weights with an LM head of the
   // kept ids' rows (config.vocab_size = their count); it samples a column, run_round maps it
@@ -222,6 +232,11 @@ class SpecDraft {
   int max_seqs_ = 0, k_max_ = 0, max_round_tokens_ = 0;
   bool keep_q_ = false;
   Tensor q_;  // (k_max · max_seqs, V) f32: round j's rows from row j · max_seqs (empty: not kept)
+  Tensor chain_;          // (k_max · max_seqs) i32: round j's proposed ids from j · max_seqs
+  Tensor head_ids_dev_;   // head_ids_ on the device (a draft vocabulary)
+  std::vector<int32_t> h_chain_;
+  int round_tokens0_ = 0;  // round 1's tokens (catch-up included)
+  bool chain_on_ = true;
 
  public:
   SpecStepTimes* times = nullptr;  // receives (tokens, seconds) of every draft round
@@ -230,42 +245,37 @@ class SpecDraft {
 
 template <class RowsOf>
 void SpecDraft::propose(const SchedulerOutput& step, RowsOf&& rows_of) {
+  std::vector<Sequence*> spec;
+  for (const ScheduledSeq& ss : step.seqs)
+    if (ss.seq->n_spec > 0) spec.push_back(ss.seq);
+  if (spec.empty()) return;
+  // Longest drafts first, so that every round's sequences are a prefix of the previous round's
+  // (rows i of round j take their input token from row i of round j - 1's samples on the device).
+  std::stable_sort(spec.begin(), spec.end(), [](const Sequence* a, const Sequence* b) { return a->n_spec > b->n_spec; });
+  const double t0 = now_seconds();
+  std::vector<int> live;  // sequences of each round
   SchedulerOutput round;
   std::vector<RowSampling> rows;
-  std::vector<Sequence*> spec;
-  std::vector<size_t> spec_row;  // row of each spec sequence in round 1
-  int k_max = 0;
-  for (const ScheduledSeq& ss : step.seqs) {
-    Sequence* s = ss.seq;
-    if (s->n_spec == 0) continue;
+  for (Sequence* s : spec) {
     const int committed = s->n_total() - s->n_spec;
     ScheduledSeq d;
     d.seq = s;
     d.pos0 = s->draft_computed;
     d.n_new = committed - s->draft_computed;
     d.sample = true;
-    spec.push_back(s);
-    spec_row.push_back(rows.size());
-    k_max = std::max(k_max, s->n_spec);
     rows.push_back(rows_of(*s, 0));
     round.seqs.push_back(d);
     round.n_tokens += d.n_new;
     ++round.n_sampled;
     s->draft_computed = committed;
   }
-  if (spec.empty()) return;
   run_round(round, rows, 0);
-  for (size_t i = 0; i < spec.size(); ++i) {
-    Sequence* s = spec[i];
-    s->tokens[size_t(s->n_total() - s->n_spec)] = sampled_[spec_row[i]].token;
-    s->spec_q_rows.assign(1, int(spec_row[i]));
-  }
-  for (int j = 1; j < k_max; ++j) {
+  live.push_back(int(spec.size()));
+  for (int j = 1; j < spec.front()->n_spec; ++j) {
     round = SchedulerOutput{};
     rows.clear();
-    std::vector<Sequence*> live;
     for (Sequence* s : spec) {
-      if (s->n_spec <= j) continue;
+      if (s->n_spec <= j) break;  // sorted: the rest draft fewer
       const int committed = s->n_total() - s->n_spec;
       ScheduledSeq d;
       d.seq = s;
@@ -276,16 +286,23 @@ void SpecDraft::propose(const SchedulerOutput& step, RowsOf&& rows_of) {
       ++round.n_tokens;
       ++round.n_sampled;
       rows.push_back(rows_of(*s, j));
-      live.push_back(s);
     }
-    if (live.empty()) break;
     run_round(round, rows, j);
-    for (size_t i = 0; i < live.size(); ++i) {
-      Sequence* s = live[i];
-      s->tokens[size_t(s->n_total() - s->n_spec + j)] = sampled_[i].token;
-      s->spec_q_rows.push_back(j * max_seqs_ + int(i));
-    }
+    live.push_back(int(round.seqs.size()));
   }
+  // One wait for every round's proposals.
+  finish_rounds(live);
+  for (size_t j = 0; j < live.size(); ++j)
+    for (int i = 0; i < live[j]; ++i) {
+      Sequence* s = spec[size_t(i)];
+      s->tokens[size_t(s->n_total() - s->n_spec) + j] = h_chain_[j * size_t(max_seqs_) + size_t(i)];
+      if (j == 0) s->spec_q_rows.clear();
+      s->spec_q_rows.push_back(int(j) * max_seqs_ + i);
+    }
+  const double dt = now_seconds() - t0;
+  if (times)
+    for (size_t j = 0; j < live.size(); ++j) times->add(double(j == 0 ? round_tokens0_ : live[j]), dt / double(live.size()));
+  round_seconds += dt;
 }
 
 }  // namespace grpo

@@ -16,6 +16,14 @@ void gather_rows_forward(Context& ctx, Tensor& out, const Tensor& src, const Ten
   GRPO_DISPATCH(ctx, gather_rows_forward, ctx, out, src, idx);
 }
 
+void gather_ids(Context& ctx, Tensor& out, const Tensor& table, const Tensor& idx) {
+  GRPO_CHECK_I32(ctx, out);
+  GRPO_CHECK_I32(ctx, table);
+  GRPO_CHECK_I32(ctx, idx);
+  GRPO_CHECK_MSG(out.numel() == idx.numel(), "gather_ids: out must have idx's length");
+  GRPO_DISPATCH(ctx, gather_ids, ctx, out, table, idx);
+}
+
 void gather_rows_backward(Context& ctx, Tensor& dsrc, const Tensor& dout, const Tensor& idx, bool accumulate) {
   GRPO_CHECK_ACT(ctx, dsrc);
   GRPO_CHECK_ACT(ctx, dout);

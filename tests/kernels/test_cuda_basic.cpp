@@ -258,6 +258,19 @@ TEST(CudaGather, ForwardBackward) {
   }
 }
 
+TEST(CudaGather, IdsMatchTheCpu) {
+  GRPO_SKIP_WITHOUT_CUDA();
+  const int64_t N = 1000, R = 77;
+  auto table = randint(size_t(N), 0, 151936, 21), idx = randint(size_t(R), 0, int32_t(N), 22);
+  std::vector<int32_t> out(static_cast<size_t>(R));
+  Tensor ho = host_i32(out, {R});
+  cpu::gather_ids(cpu_ctx(), ho, host_i32(table, {N}), host_i32(idx, {R}));
+  Tensor go = dev_int(std::vector<int32_t>(size_t(R), -1), DType::i32, {R});
+  cuda::gather_ids(gpu_ctx(), go, dev_int(table, DType::i32, {N}), dev_int(idx, DType::i32, {R}));
+  EXPECT_EQ(fetch_i32(go), out);
+  for (int64_t r = 0; r < R; ++r) EXPECT_EQ(out[size_t(r)], table[size_t(idx[size_t(r)])]);
+}
+
 TEST(CudaLinear, ForwardBackward) {
   GRPO_SKIP_WITHOUT_CUDA();
   const int64_t M = 67, K = 136, N = 90;

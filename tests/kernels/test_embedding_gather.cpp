@@ -57,3 +57,14 @@ TEST(GatherRows, ForwardAndBackward) {
   gather_rows_backward(ctx, tdx, host(r, {R, C}), tr, false);
   EXPECT_TRUE(grad_check("dx", x, loss, dx));
 }
+
+TEST(GatherIds, TableLookupOfEachIndex) {
+  Context& ctx = test_ctx();
+  std::vector<int32_t> table = {40, 7, 19, 3, 11}, idx = {4, 0, 0, 2, 3}, out(5, -1);
+  Tensor to = host(out, {5});
+  gather_ids(ctx, to, host(table, {5}), host(idx, {5}));
+  EXPECT_EQ(out, (std::vector<int32_t>{11, 40, 40, 19, 3}));
+  std::vector<float> wrong(5);
+  Tensor tw = host(wrong, {5});
+  EXPECT_DEATH(gather_ids(ctx, tw, host(table, {5}), host(idx, {5})), "must be i32");
+}

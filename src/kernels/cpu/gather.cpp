@@ -17,6 +17,15 @@ void gather_rows_forward(Context& ctx, Tensor& out, const Tensor& src, const Ten
   }, 16);
 }
 
+void gather_ids(Context& ctx, Tensor& out, const Tensor& table, const Tensor& idx) {
+  (void)ctx;
+  const int64_t R = idx.numel();
+  const int32_t* I = idx.ptr<int32_t>();
+  const int32_t* T = table.ptr<int32_t>();
+  int32_t* O = out.ptr<int32_t>();
+  for (int64_t r = 0; r < R; ++r) O[r] = T[I[r]];
+}
+
 void gather_rows_backward(Context& ctx, Tensor& dsrc, const Tensor& dout, const Tensor& idx, bool accumulate) {
   const int64_t R = idx.numel(), C = dsrc.shape[1];
   const int32_t* I = idx.ptr<int32_t>();

@@ -35,6 +35,12 @@ __global__ void gather_vec_kernel(uint4* __restrict__ out, const uint4* __restri
   for (int64_t c = threadIdx.x; c < C16; c += blockDim.x) o[c] = s[c];
 }
 
+__global__ void gather_ids_kernel(int32_t* __restrict__ out, const int32_t* __restrict__ table,
+                                  const int32_t* __restrict__ idx, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = table[idx[i]];
+}
+
 __global__ void iota_kernel(int32_t* __restrict__ v, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     v[i] = int32_t(i);
@@ -118,6 +124,14 @@ void scatter_add_rows(Context& ctx, void* dst, DType dt_dst, int64_t n_dst_rows,
 
 void gather_rows_forward(Context& ctx, Tensor& out, const Tensor& src, const Tensor& idx) {
   gather_launch(ctx, out, src, idx, "gather_rows_forward: src (N,C), idx (R) i32, out (R,C)");
+}
+
+void gather_ids(Context& ctx, Tensor& out, const Tensor& table, const Tensor& idx) {
+  const int64_t n = idx.numel();
+  if (n == 0) return;
+  gather_ids_kernel<<<flat_grid(n, 256), 256, 0, stream_of(ctx)>>>(out.ptr<int32_t>(), table.ptr<int32_t>(),
+                                                                   idx.ptr<int32_t>(), n);
+  CUDA_CHECK_LAUNCH();
 }
 
 void gather_rows_backward(Context& ctx, Tensor& dsrc, const Tensor& dout, const Tensor& idx, bool accumulate) {
