@@ -22,14 +22,17 @@ if [ -x $B/grpo_tests_engine ]; then
   timeout 200 $B/grpo_tests_engine --gtest_filter='Tandem*' --gtest_brief=1 > "${OUT:-/tmp}/logs/tests_tandem.log" 2>&1
   echo "rc=$?"; grep -E "FAILED|PASSED|SKIPPED|tests ran" "${OUT:-/tmp}/logs/tests_tandem.log" | head -20
 fi
-for strat in ${STRATEGIES:-token chunk}; do
+TOK=.carry/shared/tokenizers/qwen2
+[ -d "$TOK" ] || TOK=../shared/data/tokenizers/qwen2
+for strat in ${STRATEGIES:-token chunk word}; do
+  wf=""; [ "$strat" = word ] && wf="--tokenizer $TOK"  # word starts from the tokenizer's token texts
   echo "=== bench_tandem qwen2.5-0.5b, same-size partner, $strat"
-  timeout 240 $B/bench_tandem --preset qwen2.5-0.5b --partner same --strategy $strat ${TANDEM_FLAGS:-} 2>&1 | tail -9
+  timeout 240 $B/bench_tandem --preset qwen2.5-0.5b --partner same --strategy $strat $wf ${TANDEM_FLAGS:-} 2>&1 | tail -9
   echo "=== bench_tandem qwen2.5-0.5b, quarter-size partner, $strat"
   timeout 240 $B/bench_tandem --preset qwen2.5-0.5b --partner qwen3-0.6b --partner-layers 8 --partner-hidden 512 \
-    --strategy $strat ${TANDEM_FLAGS:-} 2>&1 | tail -9
+    --strategy $strat $wf ${TANDEM_FLAGS:-} 2>&1 | tail -9
   echo "=== bench_tandem qwen2.5-0.5b, quarter-size partner of its own family (8 layers, hidden 512, 8 heads, 2 KV heads), $strat"
   timeout 240 $B/bench_tandem --preset qwen2.5-0.5b --partner qwen2.5-0.5b --partner-layers 8 --partner-hidden 512 \
-    --partner-heads 8 --partner-kv-heads 2 --strategy $strat ${TANDEM_FLAGS:-} 2>&1 | tail -9
+    --partner-heads 8 --partner-kv-heads 2 --strategy $strat $wf ${TANDEM_FLAGS:-} 2>&1 | tail -9
 done
 tar czf "${OUT:-/tmp}/results.tgz" bench/results "${OUT:-/tmp}/logs" 2>/dev/null
