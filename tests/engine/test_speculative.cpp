@@ -126,6 +126,14 @@ TEST(Speculative, NgramIndexProposesWhatTheScanProposes) {
       ASSERT_EQ(idx.propose(t, n_min, 4, k), spec_ngram_propose(t, n_min, 4, k)) << "n_min " << n_min << " length " << t.size();
     }
   }
+  // Lookups far apart (each indexes dozens of new tokens, the table grows several times in
+  // between) over a larger vocabulary.
+  NgramIndex idx;
+  std::vector<int32_t> t;
+  for (int i = 0; i < 3000; ++i) {
+    t.push_back(next() * 7 + int32_t(i % 3));
+    if (i % 37 == 36) ASSERT_EQ(idx.propose(t, 1, 4, 4), spec_ngram_propose(t, 1, 4, 4)) << "length " << t.size();
+  }
 }
 
 TEST(Speculative, GreedyEqualsPlainForEveryProposer) {
