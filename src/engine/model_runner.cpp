@@ -19,18 +19,23 @@ namespace grpo {
 
 namespace {
 
-// Host <-> device copies ordered on ctx.stream() (a non-blocking stream: plain
-// cudaMemcpy would not be ordered with the forward and the sampler).
-void copy_bytes(Context& ctx, void* dst, const void* src, size_t n, bool to_host) {
+enum class CopyDir { to_device, to_host, on_device };
+
+// Copies ordered on ctx.stream() (a non-blocking stream: plain cudaMemcpy would not be
+// ordered with the forward and the sampler); copies to the host wait for them.
+void copy_bytes(Context& ctx, void* dst, const void* src, size_t n, CopyDir dir) {
 #ifdef GRPO_HAVE_CUDA
   if (ctx.device() == Device::cuda) {
     auto st = static_cast<cudaStream_t>(ctx.stream());
-    GRPO_CHECK(cudaMemcpyAsync(dst, src, n, to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, st) ==
-               cudaSuccess);
-    if (to_host) GRPO_CHECK(cudaStreamSynchronize(st) == cudaSuccess);
+    const cudaMemcpyKind kind = dir == CopyDir::to_host     ? cudaMemcpyDeviceToHost
+                                : dir == CopyDir::to_device ? cudaMemcpyHostToDevice
+                                                            : cudaMemcpyDeviceToDevice;
+    GRPO_CHECK(cudaMemcpyAsync(dst, src, n, kind, st) == cudaSuccess);
+    if (dir == CopyDir::to_host) GRPO_CHECK(cudaStreamSynchronize(st) == cudaSuccess);
     return;
   }
 #endif
+  (void)dir;
   std::memcpy(dst, src, n);
 }
 
@@ -39,7 +44,7 @@ template <class T>
 void upload(Context& ctx, const Tensor& dst, const std::vector<T>& h, int64_t n) {
   if (n == 0) return;
   GRPO_CHECK(int64_t(h.size()) >= n && dst.numel() >= n && dtype_size(dst.dtype) == sizeof(T));
-  copy_bytes(ctx, dst.data, h.data(), size_t(n) * sizeof(T), false);
+  copy_bytes(ctx, dst.data, h.data(), size_t(n) * sizeof(T), CopyDir::to_device);
 }
 
 template <class T>
@@ -47,7 +52,7 @@ void download(Context& ctx, std::vector<T>& h, const Tensor& src, int64_t n) {
   h.resize(size_t(n));
   if (n == 0) return;
   GRPO_CHECK(src.numel() >= n && dtype_size(src.dtype) == sizeof(T));
-  copy_bytes(ctx, h.data(), src.data, size_t(n) * sizeof(T), true);
+  copy_bytes(ctx, h.data(), src.data, size_t(n) * sizeof(T), CopyDir::to_host);
 }
 
 // Rows of ModelRunner::d_out_.
@@ -257,19 +262,12 @@ void ModelRunner::fill_inputs(const SchedulerOutput& step, int padded_T, bool al
 
 void ModelRunner::copy_ids(Tensor& dst, const Tensor& src) {
   GRPO_CHECK(dst.dtype == DType::i32 && src.dtype == DType::i32 && dst.numel() == src.numel());
-#ifdef GRPO_HAVE_CUDA
-  if (ctx_.device() == Device::cuda) {
-    GRPO_CHECK(cudaMemcpyAsync(dst.data, src.data, size_t(src.numel()) * sizeof(int32_t), cudaMemcpyDeviceToDevice,
-                               static_cast<cudaStream_t>(ctx_.stream())) == cudaSuccess);
-    return;
-  }
-#endif
-  std::memcpy(dst.data, src.data, size_t(src.numel()) * sizeof(int32_t));
+  copy_bytes(ctx_, dst.data, src.data, size_t(src.numel()) * sizeof(int32_t), CopyDir::on_device);
 }
 
 void ModelRunner::download_ids(Tensor& host, const Tensor& src) {
   GRPO_CHECK(host.dtype == DType::i32 && src.dtype == DType::i32 && host.numel() == src.numel());
-  copy_bytes(ctx_, host.data, src.data, size_t(src.numel()) * sizeof(int32_t), true);
+  copy_bytes(ctx_, host.data, src.data, size_t(src.numel()) * sizeof(int32_t), CopyDir::to_host);
 }
 
 void ModelRunner::take_next_tokens() {

@@ -454,7 +454,6 @@ SpecDraft::~SpecDraft() = default;
 void SpecDraft::run_round(const SchedulerOutput& round, std::vector<RowSampling>& rows, int j) {
   GRPO_CHECK(j < k_max_ && int(rows.size()) <= max_seqs_);
   const int64_t R = int64_t(rows.size());
-  if (j == 0) round_tokens0_ = round.n_tokens;
   Tensor qj;
   if (keep_q_) qj = q_.slice0(int64_t(j) * max_seqs_, int64_t(j + 1) * max_seqs_);
   if (!head_ids_.empty())

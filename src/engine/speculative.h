@@ -235,7 +235,6 @@ class SpecDraft {
   Tensor chain_;          // (k_max · max_seqs) i32: round j's proposed ids from j · max_seqs
   Tensor head_ids_dev_;   // head_ids_ on the device (a draft vocabulary)
   std::vector<int32_t> h_chain_;
-  int round_tokens0_ = 0;  // round 1's tokens (catch-up included)
   bool chain_on_ = true;
 
  public:
@@ -269,6 +268,7 @@ void SpecDraft::propose(const SchedulerOutput& step, RowsOf&& rows_of) {
     ++round.n_sampled;
     s->draft_computed = committed;
   }
+  const int round1_tokens = round.n_tokens;  // catch-up included
   run_round(round, rows, 0);
   live.push_back(int(spec.size()));
   for (int j = 1; j < spec.front()->n_spec; ++j) {
@@ -301,7 +301,7 @@ void SpecDraft::propose(const SchedulerOutput& step, RowsOf&& rows_of) {
     }
   const double dt = now_seconds() - t0;
   if (times)
-    for (size_t j = 0; j < live.size(); ++j) times->add(double(j == 0 ? round_tokens0_ : live[j]), dt / double(live.size()));
+    for (size_t j = 0; j < live.size(); ++j) times->add(double(j == 0 ? round1_tokens : live[j]), dt / double(live.size()));
   round_seconds += dt;
 }
 
